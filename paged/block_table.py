@@ -1,0 +1,182 @@
+"""One sequence's block table: logical blocks → physical blocks (paper §4.2–§4.4).
+
+Logical block ``i`` of a sequence holds its tokens ``i*block_size .. (i+1)*block_size-1``;
+``physical_blocks[i]`` says where in the KV cache they live. Blocks are allocated on demand,
+one whenever a token crosses a block boundary, so a sequence wastes at most the unfilled tail
+of its last block (§4.3). ``fork`` shares every block with a child (§4.4); a table that is about
+to write into a shared last block first takes a private copy (copy-on-write) and returns the
+``(src, dst)`` pair so the caller can copy the KV data in one batched step (§5.1).
+"""
+
+from __future__ import annotations
+
+from paged.allocator import BlockAllocator, OutOfBlocksError
+
+__all__ = ["BlockTable"]
+
+
+class BlockTable:
+    """Logical→physical block map and token count of one sequence.
+
+    Args:
+        allocator: the :class:`BlockAllocator` whose blocks this table holds.
+
+    The table starts empty (no tokens, no blocks).
+    """
+
+    __slots__ = ("_allocator", "_blocks", "_num_tokens")
+
+    def __init__(self, allocator: BlockAllocator) -> None:
+        self._allocator = allocator
+        self._blocks: list[int] = []
+        self._num_tokens = 0
+
+    @classmethod
+    def from_blocks(cls, allocator: BlockAllocator, blocks: list[int], num_tokens: int) -> BlockTable:
+        """A table over ``blocks`` that the caller already holds one reference to each of.
+
+        Used when blocks move between allocators (swap, §4.5). Takes ownership: the table's
+        :meth:`free` drops those references.
+
+        Raises:
+            ValueError: if ``num_tokens`` does not need exactly ``len(blocks)`` blocks.
+        """
+        if -(-num_tokens // allocator.block_size) != len(blocks):
+            raise ValueError(
+                f"{num_tokens} tokens need {-(-num_tokens // allocator.block_size)} blocks "
+                f"of {allocator.block_size}, got {len(blocks)}"
+            )
+        table = cls(allocator)
+        table._blocks = list(blocks)
+        table._num_tokens = num_tokens
+        return table
+
+    # -- read-only views --------------------------------------------------------------
+    @property
+    def allocator(self) -> BlockAllocator:
+        """The allocator this table's blocks come from."""
+        return self._allocator
+
+    @property
+    def physical_blocks(self) -> list[int]:
+        """Physical block id of each logical block, in logical order (a copy)."""
+        return list(self._blocks)
+
+    @property
+    def num_tokens(self) -> int:
+        """Token slots this table has made room for (tokens)."""
+        return self._num_tokens
+
+    @property
+    def num_blocks(self) -> int:
+        """Logical blocks in the table (blocks) = ceil(num_tokens / block_size)."""
+        return len(self._blocks)
+
+    def num_new_blocks(self, num_tokens: int) -> int:
+        """Free blocks that :meth:`append_tokens` of ``num_tokens`` would take (blocks).
+
+        Counts the blocks needed past the current last one, plus one for a copy-on-write
+        of a shared, partly filled last block. O(1).
+
+        Raises:
+            ValueError: if ``num_tokens`` is negative.
+        """
+        if num_tokens < 0:
+            raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
+        if num_tokens == 0:
+            return 0
+        block_size = self._allocator.block_size
+        needed = -(-(self._num_tokens + num_tokens) // block_size) - len(self._blocks)
+        if self._needs_copy_on_write():
+            needed += 1
+        return needed
+
+    def _needs_copy_on_write(self) -> bool:
+        """True if the next token would land in a shared, partly filled last block."""
+        return (
+            self._num_tokens % self._allocator.block_size != 0
+            and self._allocator.ref_count(self._blocks[-1]) > 1
+        )
+
+    # -- mutation ---------------------------------------------------------------------
+    def append_tokens(self, num_tokens: int) -> list[tuple[int, int]]:
+        """Make room for ``num_tokens`` more tokens (§4.3, copy-on-write §4.4).
+
+        A new physical block is allocated only when a block boundary is crossed. If the first
+        new token lands in a last block whose reference count is above 1, a fresh block
+        replaces it in this table, the old block's count drops by one, and ``(src, dst)`` is
+        returned so the caller copies that block's KV data (``PagedKVCache.copy_blocks``).
+
+        All or nothing: if the allocator cannot supply every block needed, nothing changes.
+
+        Returns:
+            ``[]`` or ``[(src_block, dst_block)]``: the copy-on-write copy to perform.
+
+        Raises:
+            ValueError: if ``num_tokens`` is negative.
+            OutOfBlocksError: if there are fewer free blocks than the append needs.
+        """
+        needed = self.num_new_blocks(num_tokens)
+        allocator = self._allocator
+        if needed > allocator.num_free_blocks:
+            raise OutOfBlocksError(
+                f"appending {num_tokens} tokens needs {needed} free blocks, "
+                f"{allocator.num_free_blocks} are free"
+            )
+        copies: list[tuple[int, int]] = []
+        blocks = self._blocks
+        if num_tokens and self._needs_copy_on_write():
+            src = blocks[-1]
+            dst = allocator.allocate()
+            allocator.free(src)  # count > 1, so it only drops by one
+            blocks[-1] = dst
+            copies.append((src, dst))
+        self._num_tokens += num_tokens
+        block_size = allocator.block_size
+        for _ in range(-(-self._num_tokens // block_size) - len(blocks)):
+            blocks.append(allocator.allocate())
+        return copies
+
+    def fork(self) -> BlockTable:
+        """A child table sharing every block of this one (each count +1); allocates nothing.
+
+        O(number of blocks). Used for parallel sampling and beam search (§4.4).
+        """
+        child = BlockTable(self._allocator)
+        self._allocator.incref_all(self._blocks)
+        child._blocks = list(self._blocks)
+        child._num_tokens = self._num_tokens
+        return child
+
+    def free(self) -> None:
+        """Release each of this table's blocks once, tail first, and empty the table.
+
+        Freeing the tail first mirrors vLLM: with prefix caching, the least useful blocks
+        (the end of a sequence) are evicted first. Freeing an empty table does nothing.
+        """
+        allocator = self._allocator
+        for block_id in reversed(self._blocks):
+            allocator.free(block_id)
+        self._blocks = []
+        self._num_tokens = 0
+
+    # -- addressing -------------------------------------------------------------------
+    def slot_mapping(self, start: int, end: int) -> list[int]:
+        """KV cache slot of each token position ``start .. end-1``.
+
+        slot = physical_block × block_size + offset, i.e. the row in a cache flattened to
+        ``[num_blocks * block_size, num_kv_heads, head_size]``.
+
+        Raises:
+            ValueError: unless ``0 <= start <= end <= num_tokens``.
+        """
+        if not 0 <= start <= end <= self._num_tokens:
+            raise ValueError(
+                f"slot_mapping({start}, {end}) outside the table's {self._num_tokens} tokens"
+            )
+        block_size = self._allocator.block_size
+        blocks = self._blocks
+        return [blocks[i // block_size] * block_size + i % block_size for i in range(start, end)]
+
+    def __repr__(self) -> str:
+        return f"BlockTable(num_tokens={self._num_tokens}, blocks={self._blocks})"
