@@ -127,9 +127,14 @@ class BlockAllocator:
         """
         ref_counts = self._ref_counts
         block_ids = list(block_ids)
-        for block_id in block_ids:
-            if not 0 <= block_id < self._num_blocks or ref_counts[block_id] == 0:
-                self.incref(block_id)  # raises the precise error; nothing changed yet
+        if block_ids and (
+            min(block_ids) < 0
+            or max(block_ids) >= self._num_blocks
+            or 0 in map(ref_counts.__getitem__, block_ids)
+        ):
+            for block_id in block_ids:
+                if not 0 <= block_id < self._num_blocks or ref_counts[block_id] == 0:
+                    self.incref(block_id)  # raises the precise error; nothing changed yet
         for block_id in block_ids:
             ref_counts[block_id] += 1
 

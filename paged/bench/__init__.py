@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m paged.bench.<name>` prints its figures."""

@@ -1,0 +1,71 @@
+"""BlockAllocator: free pool, reference counts, errors."""
+
+import pytest
+
+from paged import BlockAllocator, OutOfBlocksError
+
+
+def test_allocate_until_empty_then_out_of_blocks():
+    alloc = BlockAllocator(3, 16)
+    got = [alloc.allocate() for _ in range(3)]
+    assert sorted(got) == [0, 1, 2]
+    assert alloc.num_free_blocks == 0
+    with pytest.raises(OutOfBlocksError) as err:
+        alloc.allocate()
+    assert isinstance(err.value, MemoryError)
+    assert "3 blocks" in str(err.value)
+
+
+def test_free_returns_block_only_at_zero():
+    alloc = BlockAllocator(2, 4)
+    b = alloc.allocate()
+    alloc.incref(b)
+    assert alloc.ref_count(b) == 2
+    alloc.free(b)
+    assert alloc.ref_count(b) == 1 and alloc.num_free_blocks == 1
+    alloc.free(b)
+    assert alloc.ref_count(b) == 0 and alloc.num_free_blocks == 2
+
+
+def test_double_free_raises_and_changes_nothing():
+    alloc = BlockAllocator(2, 4)
+    b = alloc.allocate()
+    alloc.free(b)
+    with pytest.raises(ValueError, match="double free"):
+        alloc.free(b)
+    assert alloc.num_free_blocks == 2
+
+
+@pytest.mark.parametrize("bad", [-1, 5, 100])
+def test_out_of_range_ids(bad):
+    alloc = BlockAllocator(5, 4)
+    for op in (alloc.free, alloc.incref, alloc.ref_count):
+        with pytest.raises(ValueError, match="out of range"):
+            op(bad)
+
+
+def test_incref_free_block_raises():
+    alloc = BlockAllocator(2, 4)
+    with pytest.raises(ValueError, match="free"):
+        alloc.incref(0)
+
+
+def test_incref_all_is_all_or_nothing():
+    alloc = BlockAllocator(4, 4)
+    a, b = alloc.allocate(), alloc.allocate()
+    with pytest.raises(ValueError):
+        alloc.incref_all([a, b, 3])  # block 3 is free
+    assert alloc.ref_count(a) == 1 and alloc.ref_count(b) == 1
+
+
+@pytest.mark.parametrize("args", [(0, 16), (4, 0), (-1, 16), (4, 1.5), (True, 16)])
+def test_bad_construction(args):
+    with pytest.raises(ValueError):
+        BlockAllocator(*args)
+
+
+def test_reuses_most_recently_freed_block():
+    alloc = BlockAllocator(8, 4)
+    blocks = [alloc.allocate() for _ in range(4)]
+    alloc.free(blocks[1])
+    assert alloc.allocate() == blocks[1]
