@@ -108,3 +108,91 @@ def waste_vs_block_size(trace, block_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256), *
         rows.append({"block_size": block_size, **fractions,
                      "avg_batched_requests": result.avg_batched_requests})
     return pd.DataFrame(rows)
+
+
+PARTS = ("token_states", "reservation", "internal", "external")
+PART_LABELS = {"token_states": "token states", "reservation": "reservation",
+               "internal": "internal fragmentation", "external": "external fragmentation & other"}
+
+
+def seed_examples() -> pd.DataFrame:
+    """The seeds' two worked examples, computed with the library's own allocators.
+
+    1. One contiguous 16-slot reservation holding 7 tokens: 9 of 16 slots (56%) wasted.
+    2. Five requests of 5, 13, 7, 18 and 10 tokens: 20-slot contiguous reservations take 100
+       slots; 4-slot pages take 64 slots (16 blocks) for the same 53 tokens.
+    """
+    from paged.allocator import BlockAllocator
+    from paged.block_table import BlockTable
+    from paged.contiguous import reservation_size
+
+    rows = [{"example": "one 16-slot reservation, 7 tokens", "tokens": 7,
+             "contiguous_slots": reservation_size("max", 7, 1, 16), "paged_slots": None}]
+    lengths = [5, 13, 7, 18, 10]
+    alloc = BlockAllocator(64, 4)
+    tables = [BlockTable(alloc) for _ in lengths]
+    for table, n in zip(tables, lengths):
+        table.append_tokens(n)
+    rows.append({"example": "five requests, 20-slot reservations vs 4-slot pages",
+                 "tokens": sum(lengths),
+                 "contiguous_slots": sum(reservation_size("max", n, 1, 20) for n in lengths),
+                 "paged_slots": (alloc.num_blocks - alloc.num_free_blocks) * alloc.block_size})
+    df = pd.DataFrame(rows)
+    df["contiguous_wasted"] = 1 - df["tokens"] / df["contiguous_slots"]
+    df["paged_wasted"] = 1 - df["tokens"] / df["paged_slots"]
+    return df
+
+
+def fig2_comparison(ours: pd.DataFrame) -> pd.DataFrame:
+    """The paper's Fig. 2 percentages beside ours (``memory_waste_table`` output), per part."""
+    from paged.paper import FIG2_MEMORY_PERCENT
+
+    rows = []
+    for _, row in ours.iterrows():
+        paper = FIG2_MEMORY_PERCENT.get(row["system"], {})
+        for part in PARTS:
+            theirs = paper.get(part)
+            rows.append({"system": row["system"], "part": PART_LABELS[part],
+                         "paper_percent": theirs, "ours_percent": round(100 * row[part], 1),
+                         "difference_points": None if theirs is None else round(100 * row[part] - theirs, 1)})
+    return pd.DataFrame(rows)
+
+
+def plot_memory_breakdown(table: pd.DataFrame):
+    """Stacked horizontal bars of the four parts per system (Fig. 2). Returns the Figure."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    colors = dict(zip(PARTS, sns.color_palette("colorblind", 4)))
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+    systems = list(table["system"])
+    left = [0.0] * len(systems)
+    for part in PARTS:
+        values = [100 * v for v in table[part]]
+        ax.barh(systems, values, left=left, color=colors[part], label=PART_LABELS[part])
+        for y, (x0, v) in enumerate(zip(left, values)):
+            if v >= 6:
+                ax.text(x0 + v / 2, y, f"{v:.1f}", ha="center", va="center", fontsize=8, color="white")
+        left = [a + b for a, b in zip(left, values)]
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of KV cache memory (%)")
+    ax.invert_yaxis()
+    ax.legend(ncol=2, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.28), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_waste_vs_block_size(table: pd.DataFrame):
+    """Paged memory not holding token states vs block size, one line per trace. Returns the Figure."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    data = table.assign(waste_percent=100 * (1 - table["token_states"]),
+                        internal_percent=100 * table["internal"])
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    sns.lineplot(data=data, x="block_size", y="waste_percent", hue="trace", marker="o", ax=ax)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("block size (tokens)")
+    ax.set_ylabel("KV memory not holding tokens (%)")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,73 @@
+"""Command line: ``python -m paged <command> ...`` for scripted runs.
+
+Commands:
+    fragmentation   where KV memory goes per system (Fig. 2), as a table or one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+__all__ = ["main", "build_parser"]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+    return value
+
+
+def _fragmentation(args: argparse.Namespace) -> int:
+    from paged.fragmentation import SYSTEMS, default_num_slots, memory_waste
+    from paged.traces import get_trace
+
+    trace = get_trace(args.trace, args.num_requests, seed=args.seed, rate=args.rate)
+    num_slots = default_num_slots(args.model, int(args.kv_cache_gib * 2**30), args.block_size)
+    result = {}
+    for system in SYSTEMS:
+        fractions, _ = memory_waste(trace, system, num_slots=num_slots, block_size=args.block_size,
+                                    max_seq_len=args.max_seq_len)
+        result[system] = fractions
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{'system':<12} {'token states':>12} {'reservation':>12} {'internal':>10} {'external':>10}")
+        for system, f in result.items():
+            print(f"{system:<12} {f['token_states']:>12.1%} {f['reservation']:>12.1%} "
+                  f"{f['internal']:>10.1%} {f['external']:>10.1%}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of every command."""
+    parser = argparse.ArgumentParser(prog="python -m paged", description="PagedAttention reproduction")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    frag = sub.add_parser("fragmentation", help="KV memory breakdown per system (Fig. 2)")
+    frag.add_argument("--trace", default="sharegpt",
+                      help="sharegpt | sharegpt-chat | alpaca | path to a length CSV or ShareGPT JSON")
+    frag.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block (paged)")
+    frag.add_argument("--num-requests", type=_positive_int, default=1000, help="requests sampled")
+    frag.add_argument("--seed", type=int, default=0, help="sampling seed")
+    frag.add_argument("--rate", type=float, default=math.inf, help="requests/s (inf: all at t=0)")
+    frag.add_argument("--model", default="opt-13b", help="model whose KV size sets the capacity")
+    frag.add_argument("--kv-cache-gib", type=float, default=12.0, help="KV cache memory (GiB)")
+    frag.add_argument("--max-seq-len", type=_positive_int, default=2048, help="maximum sequence length")
+    frag.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    frag.set_defaults(func=_fragmentation)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command; errors in the input are reported in one line with exit status 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = args.func(args)
+    except (ValueError, FileNotFoundError, MemoryError) as err:
+        parser.exit(2, f"error: {err}\n")
+    sys.exit(code)

@@ -1,0 +1,34 @@
+"""pyproject.toml is the one source of dependencies; environment.yml gives conda users the same."""
+
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_environment_yml_installs_the_project_with_its_dev_extra():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    deps = env["dependencies"]
+    assert "python=3.11" in deps and "pip" in deps
+    pip_sections = [d["pip"] for d in deps if isinstance(d, dict) and "pip" in d]
+    assert pip_sections == [["-e .[dev]"]], "environment.yml must install the project, not list packages"
+    conda_pkgs = [d for d in deps if isinstance(d, str)]
+    assert sorted(conda_pkgs) == ["pip", "python=3.11"], "packages belong in pyproject.toml"
+
+
+def test_pyproject_supports_environment_python_and_pins_cpu_torch():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"].startswith(">=3.")
+    minimum = tuple(int(x) for x in project["requires-python"][2:].split("."))
+    assert minimum <= (3, 11)
+    assert "torch==2.13.0" in project["dependencies"]
+    assert "dev" in project["optional-dependencies"]
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in readme and "make reproduce" in readme
+    assert "make test" in ci
