@@ -15,7 +15,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 
 #: Tiny parameters per notebook: seconds, not minutes.
 TINY = {
-    "01_fragmentation": {"num_requests": 40, "block_sizes": [8, 16], "kv_cache_gib": 1.0},
+    "01_fragmentation": {"num_requests": 40, "block_sizes": [8, 16], "kv_cache_gib": 2.0},
+    "04_kernel": {"device": "cpu", "context_lens": [16, 64], "batch_sizes": [2], "num_heads": 8,
+                  "num_kv_heads": 8, "head_size": 64, "repeats": 1},
 }
 
 

@@ -1,0 +1,14 @@
+"""Shared test setup.
+
+Triton reads ``TRITON_INTERPRET`` when a kernel is defined (when ``paged.kernels.paged_attention``
+is imported), so it is set here, before any test module imports it: the Triton kernels then run
+in Triton's CPU interpreter on machines without a GPU. An explicit ``TRITON_INTERPRET=0`` in the
+environment is respected (to test the compiled kernels on a GPU).
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
