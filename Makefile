@@ -48,7 +48,7 @@ data: $(STAMP) ## Rebuild the derived length-only traces in data/ from the share
 	$(PY) -m paged.workloads --out-dir data
 
 model: $(STAMP) ## Retrain the small shipped model in data/models/ (about 10-15 min on 2 cores)
-	$(PY) -m paged.training --out data/models/sharegpt-llama-tiny
+	$(PY) -m paged.training --out data/models/sharegpt-llama-tiny --steps 600 --seed 0
 
 bench: bench-allocator bench-kernel bench-sim bench-engine ## Run every benchmark and print its figures
 

@@ -23,7 +23,7 @@ def _positive_int(text: str) -> int:
 
 def _fragmentation(args: argparse.Namespace) -> int:
     from paged.fragmentation import SYSTEMS, default_num_slots, memory_waste
-    from paged.traces import get_trace
+    from paged.workloads import get_trace
 
     trace = get_trace(args.trace, args.num_requests, seed=args.seed, rate=args.rate)
     num_slots = default_num_slots(args.model, int(args.kv_cache_gib * 2**30), args.block_size)
