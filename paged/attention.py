@@ -16,15 +16,16 @@ from paged.kernels.reference import paged_attention_reference
 
 __all__ = ["paged_attention", "SUPPORTED_HEAD_SIZES", "SUPPORTED_BLOCK_SIZES", "SUPPORTED_DTYPES"]
 
-#: Head sizes the kernel is tested with (non-powers of two are padded and masked).
-SUPPORTED_HEAD_SIZES = (64, 80, 96, 128, 256)
-#: Tokens per KV block.
+#: Head sizes the Triton kernel is tested with (non-powers of two are padded and masked). The
+#: reference backend takes any head size.
+SUPPORTED_HEAD_SIZES = (32, 64, 80, 96, 128, 256)
+#: Tokens per KV block the Triton kernel takes; the reference backend takes any block size.
 SUPPORTED_BLOCK_SIZES = (8, 16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _BACKENDS = ("auto", "triton", "reference")
 
 
-def _check_inputs(query, key_cache, value_cache, block_tables, context_lens) -> None:
+def _check_inputs(query, key_cache, value_cache, block_tables, context_lens, backend: str) -> None:
     for name, t in (("query", query), ("key_cache", key_cache), ("value_cache", value_cache),
                     ("block_tables", block_tables), ("context_lens", context_lens)):
         if not isinstance(t, torch.Tensor):
@@ -50,10 +51,12 @@ def _check_inputs(query, key_cache, value_cache, block_tables, context_lens) -> 
     num_blocks, block_size, num_kv_heads, cache_head_size = key_cache.shape
     if cache_head_size != head_size:
         raise ValueError(f"query head_size {head_size} != cache head_size {cache_head_size}")
-    if head_size not in SUPPORTED_HEAD_SIZES:
-        raise ValueError(f"head_size {head_size} not supported; use one of {SUPPORTED_HEAD_SIZES}")
-    if block_size not in SUPPORTED_BLOCK_SIZES:
-        raise ValueError(f"block_size {block_size} not supported; use one of {SUPPORTED_BLOCK_SIZES}")
+    if backend == "triton" and head_size not in SUPPORTED_HEAD_SIZES:
+        raise ValueError(f"head_size {head_size} not supported by the Triton kernel; use one of "
+                         f"{SUPPORTED_HEAD_SIZES} or backend='reference'")
+    if backend == "triton" and block_size not in SUPPORTED_BLOCK_SIZES:
+        raise ValueError(f"block_size {block_size} not supported by the Triton kernel; use one of "
+                         f"{SUPPORTED_BLOCK_SIZES} or backend='reference'")
     if num_kv_heads < 1 or num_heads % num_kv_heads:
         raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
     if key_cache.stride(-1) != 1 or value_cache.stride(-1) != 1:
@@ -119,7 +122,9 @@ def paged_attention(
     """
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    _check_inputs(query, key_cache, value_cache, block_tables, context_lens)
+    if backend == "auto":
+        backend = "triton" if query.is_cuda else "reference"
+    _check_inputs(query, key_cache, value_cache, block_tables, context_lens, backend)
     head_size = query.shape[2]
     if scale is None:
         scale = 1.0 / math.sqrt(head_size)
@@ -127,8 +132,6 @@ def paged_attention(
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     if query.shape[0] == 0:
         return torch.empty_like(query)
-    if backend == "auto":
-        backend = "triton" if query.is_cuda else "reference"
     if backend == "reference":
         return paged_attention_reference(query, key_cache, value_cache, block_tables, context_lens, float(scale))
 

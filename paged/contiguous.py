@@ -223,6 +223,25 @@ class ContiguousKVCacheManager:
         if entry is not None:
             self.buddy.free(entry[0])
 
+    def get_block_table(self, seq: Sequence, block_size: int) -> list[int]:
+        """The sequence's reservation seen as ``block_size``-slot blocks (for the paged kernel).
+
+        A buddy reservation of ``2**k`` slots starts at a multiple of ``2**k``, so when it is at
+        least ``block_size`` slots it covers whole blocks ``start // block_size, ...``; the real
+        engine then reads a contiguous reservation through the same attention kernel as a paged
+        sequence, and only memory management differs. O(reservation / block_size).
+
+        Raises:
+            KeyError: if the sequence holds no reservation.
+            ValueError: if the reservation does not start on a block boundary.
+        """
+        start, size = self.reservations[seq.seq_id]
+        if start % block_size:
+            raise ValueError(f"reservation of sequence {seq.seq_id} starts at slot {start}, not a multiple of "
+                             f"block_size={block_size} (reservations smaller than a block are not block-aligned)")
+        first = start // block_size
+        return list(range(first, first + -(-size // block_size)))
+
     def can_swap_out(self, seq_group: SequenceGroup) -> bool:
         """Contiguous baselines do not swap (their reservations never need to grow)."""
         return False

@@ -158,12 +158,14 @@ class PagedKVCache:
 
     # -- block moves ---------------------------------------------------------------------
     @staticmethod
-    def _pairs(pairs: Iterable[Sequence[int]], num_src: int, num_dst: int, what: str) -> tuple[list[int], list[int]]:
-        """Deduplicate and check ``(src, dst)`` pairs: each src and each dst at most once."""
+    def _pairs(pairs: Iterable[Sequence[int]], num_src: int, num_dst: int, what: str,
+               shared_src: bool = False) -> tuple[list[int], list[int]]:
+        """Deduplicate and check ``(src, dst)`` pairs: each dst at most once, and each src at
+        most once unless ``shared_src`` (one block copied to several new blocks)."""
         unique = list(dict.fromkeys((int(s), int(d)) for s, d in pairs))
         src = [s for s, _ in unique]
         dst = [d for _, d in unique]
-        if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        if (not shared_src and len(set(src)) != len(src)) or len(set(dst)) != len(dst):
             raise ValueError(f"{what}: a block appears in two different pairs: {unique}")
         for name, ids, limit in (("source", src, num_src), ("destination", dst, num_dst)):
             bad = [b for b in ids if not 0 <= b < limit]
@@ -180,12 +182,13 @@ class PagedKVCache:
 
         Args:
             pairs: ``(src_block, dst_block)`` pairs, as returned by ``BlockTable.append_tokens``.
-                Repeated identical pairs are applied once.
+                Repeated identical pairs are applied once. One source may go to several
+                destinations (several beam candidates leaving the same shared last block).
 
         Raises:
-            ValueError: a block id out of range, or a source or destination in two different pairs.
+            ValueError: a block id out of range, or a destination in two different pairs.
         """
-        src, dst = self._pairs(pairs, self.num_blocks, self.num_blocks, "copy_blocks")
+        src, dst = self._pairs(pairs, self.num_blocks, self.num_blocks, "copy_blocks", shared_src=True)
         if not src:
             return
         src_t = torch.tensor(src, dtype=torch.int64, device=self.device)

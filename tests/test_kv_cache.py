@@ -81,6 +81,16 @@ def test_copy_blocks_every_layer_in_one_call():
     cache.copy_blocks([])
     with pytest.raises(ValueError, match="two different pairs"):
         cache.copy_blocks([(1, 5), (2, 5)])
+
+
+def test_copy_blocks_one_source_to_several_destinations():
+    """Three beam candidates leaving one shared last block: one source, two copies."""
+    cache = small_cache()
+    for t in cache.key_caches + cache.value_caches:
+        t.normal_()
+    cache.copy_blocks([(3, 8), (3, 9)])
+    for t in cache.key_caches + cache.value_caches:
+        assert torch.equal(t[8], t[3]) and torch.equal(t[9], t[3])
     with pytest.raises(ValueError, match="outside"):
         cache.copy_blocks([(1, 16)])
 

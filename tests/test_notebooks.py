@@ -18,6 +18,8 @@ TINY = {
     "01_fragmentation": {"num_requests": 40, "block_sizes": [8, 16], "kv_cache_gib": 2.0},
     "04_kernel": {"device": "cpu", "context_lens": [16, 64], "batch_sizes": [2], "num_heads": 8,
                   "num_kv_heads": 8, "head_size": 64, "repeats": 1},
+    "05_engine": {"num_requests": 6, "kv_cache_tokens": 2048, "sharing_num_requests": 2,
+                  "sharing_max_tokens": 4, "widths": [2]},
 }
 
 
