@@ -85,6 +85,11 @@ class BlockTable:
             raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
         if num_tokens == 0:
             return 0
+        blocks = self._blocks
+        if self._num_tokens + num_tokens <= len(blocks) * self._allocator._block_size and (
+            self._allocator._ref_counts[blocks[-1]] == 1
+        ):
+            return 0  # fast path: fits in the private last block
         block_size = self._allocator.block_size
         needed = -(-(self._num_tokens + num_tokens) // block_size) - len(self._blocks)
         if self._needs_copy_on_write():
@@ -116,8 +121,14 @@ class BlockTable:
             ValueError: if ``num_tokens`` is negative.
             OutOfBlocksError: if there are fewer free blocks than the append needs.
         """
-        needed = self.num_new_blocks(num_tokens)
         allocator = self._allocator
+        blocks = self._blocks
+        if num_tokens > 0 and self._num_tokens + num_tokens <= len(blocks) * allocator._block_size and (
+            allocator._ref_counts[blocks[-1]] == 1
+        ):
+            self._num_tokens += num_tokens  # fast path: fits in the private last block
+            return []
+        needed = self.num_new_blocks(num_tokens)
         if needed > allocator.num_free_blocks:
             raise OutOfBlocksError(
                 f"appending {num_tokens} tokens needs {needed} free blocks, "

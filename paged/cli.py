@@ -2,6 +2,7 @@
 
 Commands:
     fragmentation   where KV memory goes per system (Fig. 2), as a table or one JSON object
+    simulate        one simulated serving run on a paper-scale server (Fig. 12 point)
 """
 
 from __future__ import annotations
@@ -42,6 +43,21 @@ def _fragmentation(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from paged.serving import simulate_point
+
+    result = simulate_point(model=args.model, trace=args.trace, system=args.system, rate=args.rate,
+                            num_requests=args.num_requests, seed=args.seed, block_size=args.block_size,
+                            preemption=args.preemption)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        width = max(len(k) for k in result)
+        for key, value in result.items():
+            print(f"{key:<{width}}  {value:.6g}" if isinstance(value, float) else f"{key:<{width}}  {value}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every command."""
     parser = argparse.ArgumentParser(prog="python -m paged", description="PagedAttention reproduction")
@@ -59,6 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
     frag.add_argument("--max-seq-len", type=_positive_int, default=2048, help="maximum sequence length")
     frag.add_argument("--json", action="store_true", help="print exactly one JSON object")
     frag.set_defaults(func=_fragmentation)
+
+    from paged.serving import SYSTEMS, TRACES
+
+    sim = sub.add_parser("simulate", help="one simulated serving run (normalized latency, throughput)")
+    sim.add_argument("--model", default="opt-13b", help="opt-13b | opt-66b | opt-175b | llama-13b (Table 1 server)")
+    sim.add_argument("--trace", default="sharegpt", choices=TRACES, help="workload")
+    sim.add_argument("--system", default="paged", choices=SYSTEMS, help="serving system")
+    sim.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s; inf: all at t=0)")
+    sim.add_argument("--num-requests", type=_positive_int, default=1000, help="requests sampled")
+    sim.add_argument("--seed", type=int, default=0, help="sampling and arrival seed")
+    sim.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block (paged)")
+    sim.add_argument("--preemption", default="recompute", choices=("recompute", "swap"), help="paged preemption")
+    sim.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    sim.set_defaults(func=_simulate)
     return parser
 
 

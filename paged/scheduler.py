@@ -140,6 +140,8 @@ class Scheduler:
 
     def _schedule_prefills(self) -> SchedulerOutputs:
         scheduled: list[SequenceGroup] = []
+        if not self.waiting:  # nothing to admit (skips counting the running sequences)
+            return SchedulerOutputs(scheduled, is_prefill=True)
         num_tokens = 0
         num_seqs = self.num_running_seqs()
         while self.waiting:

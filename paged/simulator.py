@@ -8,14 +8,25 @@ when only memory matters).
 The loop, per iteration: admit the requests that have arrived, ask the scheduler for a prefill or
 decode iteration, record where KV memory is (while requests wait), advance the clock by the
 iteration's time, give every scheduled sequence one new token, and retire finished requests.
+
+Fast-forward (:mod:`paged.fast_forward`): when the time model has a ``decode_time(num_seqs,
+context_tokens)`` method (a :class:`paged.cost_model.CostModel`), a decode iteration in which
+nothing else happens starts a *run*: the next ``k - 1`` iterations are the same decode batch
+with no arrival, no finish before the last one, no preemption, no swap and enough free blocks
+for every block-boundary crossing. The run is applied at once: each sequence gains ``k`` tokens
+(its blocks allocated in one call), the clock advances by the same per-iteration times added in
+the same order, and the memory sums are added in closed form, so the result is exactly the
+step-by-step loop's (``tests/test_simulator.py`` checks it).
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Sequence as Seq
 from dataclasses import dataclass, field
 
-from paged.kv_manager import KVCacheManager
+from paged.fast_forward import decode_run
+from paged.kv_manager import KVCacheManager, MemoryUsage
 from paged.scheduler import Scheduler, SchedulerOutputs
 from paged.sequence import Sequence, SequenceGroup, SequenceStatus
 
@@ -24,29 +35,43 @@ __all__ = ["simulate", "SimulationResult", "MemoryStats"]
 
 @dataclass(slots=True)
 class MemoryStats:
-    """Sums of KV slot usage over the iterations in which requests were waiting.
+    """Sums of KV slot usage over the iterations in which requests were waiting (§3, Fig. 2).
 
+    Sums are integers (slot-iterations), so a run of ``k`` identical-shape iterations added at
+    once (the simulator's fast-forward) gives exactly the sums of ``k`` single additions.
     ``mean()`` gives the average share of KV memory in each part over those iterations, each
     iteration weighted equally (Fig. 2's "average during the experiment").
+
+    Attributes:
+        iterations: iterations recorded.
+        token_states, reservation, internal, external: summed slots of each part.
+        total: summed slots of the whole cache (``iterations × num_total_slots``).
     """
 
     iterations: int = 0
-    token_states: float = 0.0
-    reservation: float = 0.0
-    internal: float = 0.0
-    external: float = 0.0
+    token_states: int = 0
+    reservation: int = 0
+    internal: int = 0
+    external: int = 0
+    total: int = 0
 
-    def add(self, fractions: dict[str, float]) -> None:
-        """Add one iteration's fractions (as returned by ``MemoryUsage.fractions``)."""
-        self.iterations += 1
-        self.token_states += fractions["token_states"]
-        self.reservation += fractions["reservation"]
-        self.internal += fractions["internal"]
-        self.external += fractions["external"]
+    def add(self, usage: MemoryUsage, weight: int = 1) -> None:
+        """Add one iteration's :class:`~paged.kv_manager.MemoryUsage`, ``weight`` times."""
+        self.add_sums(weight, usage.token_states * weight, usage.reservation * weight,
+                      usage.internal * weight, usage.total * weight)
+
+    def add_sums(self, iterations: int, token_states: int, reservation: int, internal: int, total: int) -> None:
+        """Add slot sums over ``iterations`` iterations; external is the rest of ``total``."""
+        self.iterations += iterations
+        self.token_states += token_states
+        self.reservation += reservation
+        self.internal += internal
+        self.external += total - token_states - reservation - internal
+        self.total += total
 
     def mean(self) -> dict[str, float]:
         """Average fraction of KV memory per part (sums to 1); NaNs if nothing was recorded."""
-        n = self.iterations or float("nan")
+        n = self.total or float("nan")
         return {
             "token_states": self.token_states / n,
             "reservation": self.reservation / n,
@@ -106,6 +131,7 @@ def simulate(
     max_num_batched_tokens: int = 2048,
     preemption_mode: str = "recompute",
     record_memory: bool = True,
+    fast_forward: bool = True,
 ) -> SimulationResult:
     """Serve ``trace`` with the real scheduler over ``kv_manager``; time from ``iteration_time``.
 
@@ -117,6 +143,8 @@ def simulate(
         max_num_seqs, max_num_batched_tokens, preemption_mode: passed to the
             :class:`~paged.scheduler.Scheduler`.
         record_memory: record the KV memory breakdown at each iteration while requests wait.
+        fast_forward: apply runs of unchanging decode iterations at once (module docstring);
+            used only when ``iteration_time`` has a ``decode_time`` method. Same results.
 
     Returns:
         A :class:`SimulationResult`; every request finishes exactly once with exactly its
@@ -139,11 +167,24 @@ def simulate(
                 f"request {group.request_id!r}: prompt_len={group.prompt_len}, "
                 f"output_len={group.output_len}; both must be ≥ 1"
             )
+    decode_time = getattr(iteration_time, "decode_time", None) if fast_forward else None
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the loop makes no reference cycles; full collections would dominate its time
+    try:
+        return _run(scheduler, kv_manager, groups, iteration_time, decode_time, record_memory)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _run(scheduler, kv_manager, groups, iteration_time, decode_time, record_memory) -> SimulationResult:
+    """The simulation loop of :func:`simulate` (module docstring)."""
     result = SimulationResult(groups)
     now = 0.0
     next_arrival = 0
     num_groups = len(groups)
     running = SequenceStatus.RUNNING
+    inf = float("inf")
     while next_arrival < num_groups or scheduler.has_unfinished_seqs():
         while next_arrival < num_groups and groups[next_arrival].arrival_time <= now:
             scheduler.add_seq_group(groups[next_arrival])
@@ -157,14 +198,26 @@ def simulate(
                 raise RuntimeError("scheduler made no progress with no request left to arrive")
             now = max(now, groups[next_arrival].arrival_time)
             continue
-        if record_memory and scheduler.waiting:
-            result.memory.add(kv_manager.memory_usage(scheduler.running).fractions())
-        result.num_iterations += 1
-        result.batched_requests_sum += len(outputs.scheduled_seq_groups)
         for group in outputs.scheduled_seq_groups:
             if group.first_scheduled_time is None:
                 group.first_scheduled_time = now
+        if decode_time is not None and not outputs.is_prefill:
+            arrival = groups[next_arrival].arrival_time if next_arrival < num_groups else inf
+            memory = result.memory if record_memory and scheduler.waiting else None
+            end = decode_run(scheduler, outputs, decode_time, now, arrival, memory)
+            if end is not None:
+                now, k = end
+                result.num_iterations += k
+                result.batched_requests_sum += k * len(outputs.scheduled_seq_groups)
+                for group in scheduler.free_finished_seq_groups():
+                    group.finished_time = now
+                continue
+        if record_memory and scheduler.waiting:
+            result.memory.add(kv_manager.memory_usage(scheduler.running))
+        result.num_iterations += 1
+        result.batched_requests_sum += len(outputs.scheduled_seq_groups)
         now += iteration_time(outputs)
+        any_finished = False
         for group in outputs.scheduled_seq_groups:
             for seq in group.seqs:
                 if seq.status is not running:
@@ -174,8 +227,10 @@ def simulate(
                     group.first_token_time = now
                 if seq.num_generated >= group.output_len:
                     scheduler.finish_seq(seq)
-        for group in scheduler.free_finished_seq_groups():
-            group.finished_time = now
+                    any_finished = True
+        if any_finished:
+            for group in scheduler.free_finished_seq_groups():
+                group.finished_time = now
     result.duration = now
     result.num_preemptions = scheduler.num_preemptions
     return result

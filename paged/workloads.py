@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from functools import lru_cache
 import sys
 import time
 from importlib import metadata
@@ -110,6 +111,12 @@ def alpaca_like(num_requests: int, seed: int | None, *, mean_prompt_len: float =
     return Trace.from_lengths(lengths[0], lengths[1], name="alpaca_like", source=source)
 
 
+@lru_cache(maxsize=8)
+def _cached_trace(path: str, mtime_ns: int) -> Trace:
+    """A committed length trace, read once per modification time (sweeps load it many times)."""
+    return load_trace(path)
+
+
 #: Names accepted by :func:`get_trace`, and the committed files behind them.
 NAMED_TRACES = {
     "sharegpt": SHAREGPT_LENGTHS_CSV,
@@ -138,7 +145,8 @@ def get_trace(trace: str | Path, num_requests: int | None = None, *, seed: int =
     if key == "alpaca":
         base = alpaca_like(num_requests or 1000, seed)
     elif key in NAMED_TRACES:
-        base = load_trace(NAMED_TRACES[key])
+        path = NAMED_TRACES[key]
+        base = _cached_trace(str(path), path.stat().st_mtime_ns)
     else:
         path = Path(trace)
         if not path.exists():

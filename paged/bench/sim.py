@@ -1,0 +1,68 @@
+"""Simulator speed: simulated token-steps per second and the wall time of one serving point.
+
+Run: ``python -m paged.bench.sim``. Targets (issue 4): ≥ 1,000,000 token-steps/s on one core, and
+≤ 2 s for one 1,000-request ShareGPT point on OPT-13B (paged, 2 requests/s: Fig. 13's point).
+A token-step is one sequence advanced by one token in one iteration (prefill or decode), i.e.
+the sum over iterations of the sequences in the batch. Also prints the same point stepped one
+iteration at a time (``fast_forward=False``), which gives identical results, for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from paged.workloads import get_trace
+from paged.serving import SYSTEMS, _cost_model, run_system
+from paged.simulator import simulate
+
+
+def measure(num_requests: int = 1000, rate: float = 2.0, seed: int = 0) -> dict[str, float]:
+    """Time one point per system and the paged point without fast-forward.
+
+    Returns:
+        ``paged_point_s`` (seconds, paged at ``rate``), ``token_steps_per_s`` (over all systems'
+        points), ``paged_token_steps_per_s``, ``stepwise_paged_point_s``.
+    """
+    trace = get_trace("sharegpt", num_requests, seed=seed, rate=rate)
+    steps = wall = 0.0
+    out: dict[str, float] = {}
+    for system in SYSTEMS:
+        cost = _cost_model("opt-13b", system, 16)
+        start = time.perf_counter()
+        result = run_system(trace, system, cost)
+        seconds = time.perf_counter() - start
+        steps += result.batched_requests_sum
+        wall += seconds
+        if system == "paged":
+            out["paged_point_s"] = seconds
+            out["paged_token_steps_per_s"] = result.batched_requests_sum / seconds
+            from paged.block_manager import PagedKVCacheManager
+
+            manager = PagedKVCacheManager(cost.num_kv_slots // 16, 16)
+            start = time.perf_counter()
+            simulate(trace, manager, cost, record_memory=False, fast_forward=False)
+            out["stepwise_paged_point_s"] = time.perf_counter() - start
+    out["token_steps_per_s"] = steps / wall
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the simulator figures and whether each target is met."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-requests", type=int, default=1000, help="requests per point")
+    parser.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s)")
+    args = parser.parse_args(argv)
+    get_trace("sharegpt", 10, seed=0, rate=1.0)  # load the trace and the model presets outside the timings
+    _cost_model("opt-13b", "paged", 16)
+    r = measure(args.num_requests, args.rate)
+    print(f"token-steps/s, all five systems   : {r['token_steps_per_s']:>12,.0f} "
+          f"(target ≥ 1,000,000: {'met' if r['token_steps_per_s'] >= 1e6 else 'NOT met'})")
+    print(f"token-steps/s, paged              : {r['paged_token_steps_per_s']:>12,.0f}")
+    print(f"{args.num_requests}-request ShareGPT point, OPT-13B, paged @ {args.rate} req/s: "
+          f"{r['paged_point_s']:.3f} s (target ≤ 2 s: {'met' if r['paged_point_s'] <= 2 else 'NOT met'})")
+    print(f"same point stepped one iteration at a time: {r['stepwise_paged_point_s']:.3f} s")
+
+
+if __name__ == "__main__":
+    main()

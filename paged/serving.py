@@ -1,0 +1,233 @@
+"""Simulated serving of the paper's systems at paper scale: one point, sweeps, sustained rate (§6).
+
+Systems (:data:`SYSTEMS`), all on the same :class:`~paged.cost_model.CostModel` of a Table 1 server:
+
+* ``paged``: vLLM — the iteration-level :class:`~paged.scheduler.Scheduler` over the paged KV cache
+  manager, paged attention kernel, preemption by recomputation or swapping (§4.5).
+* ``orca-oracle`` / ``orca-pow2`` / ``orca-max``: Orca — the same iteration-level scheduler over
+  contiguous buddy reservations (§6.1), contiguous attention kernel.
+* ``fastertransformer``: request-level (static) batching: the earliest ≤ ``B`` arrived requests
+  run as one batch to completion, ``B`` as large as memory allows when every request reserves
+  the maximum sequence length (§6.1). Prompts are padded to the batch's longest, every request
+  stays in the batch until the longest output is done, and a request's results return when its
+  batch ends (request-level scheduling, as described by Orca, Yu et al., OSDI 2022, §2.2).
+
+Metrics (:func:`metrics`): normalized latency (mean of end-to-end latency ÷ output tokens,
+s/token), mean time to first token, mean time per output token, throughput in requests/s and
+output tokens/s, average batched requests per iteration, preemptions.
+
+Sustained rate (:func:`sustained_rate`): the highest request rate whose normalized latency stays
+at or under :data:`LATENCY_THRESHOLD` = 0.2 s/token. Why 0.2: people read about 4–5 tokens/s
+(≈ 200–250 words/min at ~1.3 tokens/word), so a service slower than 0.2 s per output token falls
+behind its reader; it is also 5–10× the unloaded normalized latency of every preset here
+(≈ 0.025–0.04 s/token), well inside the "explosion" region of a queue past saturation, so the
+rate found hardly depends on the exact value.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+
+from paged.block_manager import PagedKVCacheManager
+from paged.contiguous import ContiguousKVCacheManager
+from paged.cost_model import CostModel, get_cost_model
+from paged.scheduler import PREEMPTION_MODES
+from paged.sequence import SequenceGroup
+from paged.simulator import SimulationResult, _groups_from_trace, simulate
+from paged.workloads import get_trace
+
+__all__ = ["SYSTEMS", "TRACES", "LATENCY_THRESHOLD", "CPU_SWAP_BYTES", "run_system",
+           "simulate_static_batching", "metrics", "simulate_point", "sweep", "sustained_rate"]
+
+SYSTEMS = ("paged", "orca-oracle", "orca-pow2", "orca-max", "fastertransformer")
+TRACES = ("sharegpt", "alpaca", "sharegpt-chat")
+#: Normalized latency (s/token) above which a rate is not sustained (module docstring).
+LATENCY_THRESHOLD = 0.2
+#: CPU swap space per server for the paged system (bytes): vLLM's default ``swap_space=4`` GiB
+#: per GPU, times the server's GPUs.
+CPU_SWAP_BYTES = 4 * 2**30
+
+
+def _cost_model(model: str | CostModel, system: str, block_size: int) -> CostModel:
+    if isinstance(model, CostModel):
+        return model
+    return get_cost_model(model, block_size=block_size if system == "paged" else 16,
+                          paged_kernel=system == "paged")
+
+
+def simulate_static_batching(trace, cost: CostModel, max_batch_size: int) -> SimulationResult:
+    """FasterTransformer-style request-level batching (module docstring) on ``cost``.
+
+    Args:
+        trace: requests with ``prompt_len``, ``output_len`` (tokens), ``arrival_time`` (s).
+        cost: the cost model (contiguous kernel).
+        max_batch_size: most requests per batch (requests).
+
+    Returns:
+        A :class:`~paged.simulator.SimulationResult` with every group's times set.
+
+    Raises:
+        ValueError: if ``max_batch_size`` < 1 or a request exceeds the maximum sequence length.
+    """
+    if max_batch_size < 1:
+        raise ValueError(f"max_batch_size must be ≥ 1, got {max_batch_size}")
+    groups = _groups_from_trace(trace)
+    limit = cost.model.max_seq_len
+    for g in groups:
+        if g.prompt_len + g.output_len > limit or g.prompt_len < 1 or g.output_len < 1:
+            raise ValueError(f"request {g.request_id!r}: prompt {g.prompt_len} + output {g.output_len} "
+                             f"tokens must be ≥ 1 each and fit the {limit}-token maximum sequence length")
+    result = SimulationResult(groups)
+    now, i, n = 0.0, 0, len(groups)
+    while i < n:
+        now = max(now, groups[i].arrival_time)
+        j = i + 1
+        while j < n and j - i < max_batch_size and groups[j].arrival_time <= now:
+            j += 1
+        batch = groups[i:j]
+        b = len(batch)
+        longest_prompt = max(g.prompt_len for g in batch)
+        longest_output = max(g.output_len for g in batch)
+        for g in batch:
+            g.first_scheduled_time = now
+        now += cost.prefill_time([longest_prompt] * b)
+        for g in batch:
+            g.first_token_time = now
+        for step in range(1, longest_output):
+            now += cost.decode_time(b, b * (longest_prompt + step))
+        for g in batch:
+            g.seqs[0].num_generated = g.output_len
+            g.finished_time = now
+        result.num_iterations += longest_output
+        result.batched_requests_sum += b * longest_output
+        i = j
+    result.duration = now
+    return result
+
+
+def run_system(trace, system: str, model: str | CostModel = "opt-13b", *, block_size: int = 16,
+               preemption: str = "recompute") -> SimulationResult:
+    """Serve ``trace`` with one of :data:`SYSTEMS` on a Table 1 server.
+
+    Raises:
+        ValueError: for an unknown system or preemption mode; RequestTooLargeError as
+            :func:`paged.simulator.simulate`.
+    """
+    if system not in SYSTEMS:
+        raise ValueError(f"unknown system {system!r}; choose one of {SYSTEMS}")
+    if preemption not in PREEMPTION_MODES:
+        raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {preemption!r}")
+    cost = _cost_model(model, system, block_size)
+    slots = cost.num_kv_slots
+    max_len = cost.model.max_seq_len
+    if system == "fastertransformer":
+        return simulate_static_batching(trace, cost, slots // max_len)
+    if system == "paged":
+        cpu_blocks = CPU_SWAP_BYTES * cost.server.num_gpus // (cost.model.kv_bytes_per_token * block_size)
+        manager = PagedKVCacheManager(slots // block_size, block_size, num_cpu_blocks=cpu_blocks)
+    else:
+        manager = ContiguousKVCacheManager(slots, system.removeprefix("orca-"), max_seq_len=max_len)
+    return simulate(trace, manager, cost, preemption_mode=preemption, record_memory=False,
+                    max_num_batched_tokens=max(2048, max_len))
+
+
+def metrics(result: SimulationResult) -> dict[str, float]:
+    """Latency and throughput of a finished run (module docstring); times in seconds.
+
+    Raises:
+        ValueError: if a request did not finish.
+    """
+    groups: list[SequenceGroup] = result.groups
+    if any(g.finished_time is None for g in groups):
+        raise ValueError("every request must have finished")
+    n = len(groups)
+    out_tokens = sum(g.output_len for g in groups)
+    norm = sum((g.finished_time - g.arrival_time) / g.output_len for g in groups) / n
+    ttft = sum(g.first_token_time - g.arrival_time for g in groups) / n
+    multi = [g for g in groups if g.output_len > 1]
+    tpot = sum((g.finished_time - g.first_token_time) / (g.output_len - 1) for g in multi) / max(len(multi), 1)
+    span = result.duration or float("nan")
+    return {"normalized_latency": norm, "ttft": ttft, "tpot": tpot, "throughput_rps": n / span,
+            "throughput_tps": out_tokens / span, "avg_batched_requests": result.avg_batched_requests,
+            "num_preemptions": result.num_preemptions, "num_iterations": result.num_iterations,
+            "duration": result.duration}
+
+
+def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str = "paged", rate: float = 2.0,
+                   num_requests: int = 1000, seed: int = 0, block_size: int = 16,
+                   preemption: str = "recompute") -> dict:
+    """One simulated serving run: ``num_requests`` of ``trace`` at ``rate`` requests/s.
+
+    Returns:
+        The inputs plus :func:`metrics` (``normalized_latency`` s/token, ``ttft``/``tpot`` s,
+        ``throughput_rps``, ``throughput_tps``, ``avg_batched_requests``, ``num_preemptions``,
+        ...) and ``sim_wall_seconds`` (wall time of the simulation itself). Same seed, same
+        numbers (except the wall time).
+
+    Raises:
+        ValueError: for unknown names or bad numbers.
+    """
+    requests = get_trace(trace, num_requests, seed=seed, rate=rate)
+    cost = _cost_model(model, system, block_size)  # built outside the timed region
+    start = time.perf_counter()
+    result = run_system(requests, system, cost, block_size=block_size, preemption=preemption)
+    wall = time.perf_counter() - start
+    return {"model": cost.model.name, "trace": trace, "system": system, "rate": rate, "num_requests": num_requests,
+            "seed": seed, "block_size": block_size, "preemption": preemption, **metrics(result),
+            "sim_wall_seconds": wall}
+
+
+def _parallel(fn, jobs: list[dict], workers: int, desc: str) -> list:
+    """``fn(**job)`` for every job, over ``workers`` processes (joblib), with a tqdm bar."""
+    from joblib import Parallel, delayed
+    from tqdm.auto import tqdm
+
+    if workers <= 1:
+        return [fn(**job) for job in tqdm(jobs, desc=desc)]
+    gen = Parallel(n_jobs=workers, return_as="generator")(delayed(fn)(**job) for job in jobs)
+    return list(tqdm(gen, total=len(jobs), desc=desc))
+
+
+def sweep(points: list[dict], workers: int = 2, desc: str = "simulate") -> pd.DataFrame:
+    """:func:`simulate_point` for every dict of keyword arguments in ``points``, in parallel.
+
+    Nothing is cached between calls. Returns one row per point, in the order given.
+    """
+    return pd.DataFrame(_parallel(simulate_point, points, workers, desc))
+
+
+def _sustained(model, trace, system, lo, hi, num_requests, seed, block_size, preemption, threshold, rel_tol):
+    def ok(rate):
+        return simulate_point(model, trace, system, rate, num_requests, seed, block_size,
+                              preemption)["normalized_latency"] <= threshold
+
+    censored = ok(hi)
+    if censored:
+        lo = hi
+    elif not ok(lo):
+        hi = lo
+        lo = 0.0
+    while hi - lo > rel_tol * hi and not censored:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return {"model": model, "trace": trace, "system": system, "sustained_rate": lo,
+            "censored_at_max": censored, "threshold": threshold}
+
+
+def sustained_rate(systems, *, model: str = "opt-13b", trace: str = "sharegpt", lo: float = 0.05,
+                   hi: float = 8.0, num_requests: int = 1000, seed: int = 0, block_size: int = 16,
+                   preemption: str = "recompute", threshold: float = LATENCY_THRESHOLD,
+                   rel_tol: float = 0.03, workers: int = 2) -> pd.DataFrame:
+    """Each system's sustained rate: the highest rate (requests/s) with normalized latency
+    ≤ ``threshold``, by bisection on ``[lo, hi]`` to ``rel_tol`` (systems in parallel).
+
+    Assumes latency grows with rate (arrivals at every rate come from the same seed, scaled).
+    A system that sustains ``hi`` is reported as ``hi`` with ``censored_at_max``.
+    """
+    jobs = [dict(model=model, trace=trace, system=s, lo=lo, hi=hi, num_requests=num_requests, seed=seed,
+                 block_size=block_size, preemption=preemption, threshold=threshold, rel_tol=rel_tol)
+            for s in systems]
+    return pd.DataFrame(_parallel(_sustained, jobs, workers, f"sustained rate ({trace})"))
+

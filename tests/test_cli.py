@@ -1,0 +1,43 @@
+"""``python -m paged``: JSON output contracts and clear one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "paged", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_fragmentation_json_is_one_object_with_four_systems():
+    out = run("fragmentation", "--num-requests", "60", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert list(data) == ["orca-max", "orca-pow2", "orca-oracle", "paged"]
+    for fractions in data.values():
+        assert set(fractions) == {"token_states", "reservation", "internal", "external"}
+        assert abs(sum(fractions.values()) - 1) < 1e-9
+
+
+def test_simulate_json_has_the_documented_keys():
+    out = run("simulate", "--num-requests", "50", "--rate", "1.0", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    for key in ("normalized_latency", "throughput_rps", "throughput_tps", "avg_batched_requests",
+                "num_preemptions", "sim_wall_seconds"):
+        assert key in data
+
+
+@pytest.mark.parametrize("args, message", [
+    (("fragmentation", "--trace", "missing.csv"), "neither a file"),
+    (("fragmentation", "--num-requests", "0"), "must be ≥ 1"),
+    (("simulate", "--rate", "-1"), "rate"),
+    (("simulate", "--num-requests", "999999"), "999999"),
+])
+def test_bad_input_is_one_clear_error(args, message):
+    out = run(*args)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
