@@ -85,15 +85,9 @@ def test_request_larger_than_cache_is_refused():
 
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_no_request_lost_or_duplicated_under_preemption(mode):
-    from dataclasses import dataclass
     import random
 
-    @dataclass
-    class Req:
-        request_id: int
-        prompt_len: int
-        output_len: int
-        arrival_time: float
+    from paged.workloads import Request as Req
 
     rng = random.Random(7)
     trace = [Req(i, rng.randint(1, 60), rng.randint(1, 80), 0.0) for i in range(60)]

@@ -1,6 +1,5 @@
 """The simulator's fast-forward gives exactly the step-by-step results; serving metrics behave."""
 
-from dataclasses import dataclass
 
 import pytest
 
@@ -8,17 +7,11 @@ from paged.block_manager import PagedKVCacheManager
 from paged.contiguous import ContiguousKVCacheManager
 from paged.cost_model import get_cost_model
 from paged.fast_forward import ceil_sum
-from paged.workloads import get_trace
+from paged.workloads import Request as Req, get_trace
 from paged.serving import SYSTEMS, run_system, simulate_point, simulate_static_batching
 from paged.simulator import simulate
 
 
-@dataclass
-class Req:
-    request_id: int
-    prompt_len: int
-    output_len: int
-    arrival_time: float
 
 
 def synthetic(n=120, rate=8.0, seed=1):
