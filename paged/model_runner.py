@@ -24,10 +24,11 @@ How one step flows (checked against transformers 5.24's Llama code):
   :func:`paged.attention.paged_attention`; nothing gathers the whole cache.
 
 Decode backends: on CUDA, :func:`paged.attention.paged_attention` runs the Triton kernel. On a
-CPU the runner calls the torch path :func:`paged.kernels.reference.paged_attention_torch` (gather
-each sequence's blocks through its block table, then SDPA) directly, because it can reuse one
-gather buffer across layers and steps (:attr:`StepMetadata.workspace`); a fresh allocation per
-layer and step costs page faults that dominated large CPU batches.
+CPU the runner calls :func:`paged.kernels.packed.paged_attention_packed`: it reads only the blocks
+the sequences hold (flattened once per step by :func:`paged.kernels.packed.pack_block_tables`,
+shared by all layers) instead of gathering every sequence padded to the longest context
+(:func:`paged.kernels.reference.paged_attention_torch`), whose padding dominated large CPU
+batches of ShareGPT-length requests.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from paged.attention import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES, paged_attention
-from paged.kernels.reference import paged_attention_torch
+from paged.kernels.packed import PackedBlocks, pack_block_tables, paged_attention_packed
 from paged.kv_cache import PagedKVCache
 
 __all__ = ["ATTN_IMPLEMENTATION", "StepMetadata", "ModelRunner", "model_kv_shape"]
@@ -62,8 +63,7 @@ class StepMetadata:
         context_lens: decode only: ``[num_seqs]`` int32 tokens each sequence attends to.
         max_context_len: decode only: the largest context length (tokens).
         use_reference: decode through the CPU torch path (module docstring).
-        workspace: reference path: reused K/V gather buffers (a fresh 2 × num_seqs × context
-            allocation per layer and step costs page faults on a CPU).
+        packed: CPU decode: the step's used blocks, flattened once for all layers.
     """
 
     kv_cache: PagedKVCache
@@ -74,7 +74,7 @@ class StepMetadata:
     context_lens: torch.Tensor | None = None
     max_context_len: int = 0
     use_reference: bool = False
-    workspace: tuple[torch.Tensor, torch.Tensor] | None = None
+    packed: PackedBlocks | None = None
 
 
 def _paged_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -115,8 +115,7 @@ def _paged_attention_forward(module, query, key, value, attention_mask, scaling=
             start = end
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
     elif meta.use_reference:
-        out = paged_attention_torch(q, cache.key_caches[layer], cache.value_caches[layer], meta.block_tables,
-                                    meta.context_lens, scaling, meta.max_context_len, meta.workspace)
+        out = paged_attention_packed(q, cache.key_caches[layer], cache.value_caches[layer], meta.packed, scaling)
     else:
         out = paged_attention(q, cache.key_caches[layer], cache.value_caches[layer], meta.block_tables,
                               meta.context_lens, scale=scaling)
@@ -172,17 +171,6 @@ class ModelRunner:
             raise ValueError(f"head size {head_size} / block size {kv_cache.block_size} not supported by the "
                              f"Triton kernel (head sizes {SUPPORTED_HEAD_SIZES}, block sizes {SUPPORTED_BLOCK_SIZES})")
         self.use_reference = kv_cache.device.type != "cuda"
-        self._workspace = torch.empty(0, dtype=kv_cache.dtype, device=kv_cache.device)
-
-    def _gather_workspace(self, num_seqs: int, max_context_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Two ``[num_seqs, padded_len, num_kv_heads, head_size]`` views of one reused buffer."""
-        cache = self.kv_cache
-        bs = cache.block_size
-        shape = (num_seqs, -(-max_context_len // bs) * bs, cache.num_kv_heads, cache.head_size)
-        n = shape[0] * shape[1] * shape[2] * shape[3]
-        if self._workspace.numel() < 2 * n:
-            self._workspace = torch.empty(2 * n + n // 2, dtype=cache.dtype, device=cache.device)
-        return self._workspace[:n].view(shape), self._workspace[n:2 * n].view(shape)
 
     @torch.inference_mode()
     def execute(self, input_ids: list[int], positions: list[int], slot_mapping: list[int], *, is_prefill: bool,
@@ -216,7 +204,7 @@ class ModelRunner:
             meta = StepMetadata(self.kv_cache, False, slots, block_tables=table, context_lens=lens,
                                 max_context_len=max(context_lens), use_reference=self.use_reference)
             if self.use_reference:
-                meta.workspace = self._gather_workspace(len(context_lens), meta.max_context_len)
+                meta.packed = pack_block_tables(table, lens, self.kv_cache.block_size)
             last = torch.arange(len(input_ids), device=dev)
         with _attn_implementation(self.model, ATTN_IMPLEMENTATION):
             out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=last, paged_step=meta)

@@ -110,12 +110,16 @@ def _finish(llm, scheduler: Scheduler, group: SequenceGroup, seq: Sequence, reas
     scheduler.finish_seq(seq)
 
 
-def _process_sampling(llm, scheduler, group, seqs, logits) -> None:
+def _process_sampling(llm, scheduler, group, seqs, row: torch.Tensor, greedy_token: int) -> None:
+    """Sample each sequence's next token from its logits ``row`` ``[vocab_size]`` (greedy: ``greedy_token``)."""
     params = group.sampling_params
     gen = group.extra.get("generator")
     if gen is None:
-        gen = group.extra["generator"] = make_generator(params.seed, logits.device)
-    tokens = sample(logits, params, gen)
+        gen = group.extra["generator"] = make_generator(params.seed, row.device)
+    if params.temperature == 0:  # the step's batched argmax (what sample() would return, one row at a time)
+        tokens = [greedy_token] * len(seqs)
+    else:
+        tokens = sample(row.expand(len(seqs), -1), params, gen)
     stop = llm._stop_ids(params)
     for seq, token in zip(seqs, tokens):
         seq.append_token(token)
@@ -225,21 +229,22 @@ def run_step(llm, scheduler: Scheduler, stats: EngineStats) -> list[SequenceGrou
         cache.copy_blocks(prompt_copies)
     now = time.perf_counter()
     # Group rows: beam search needs all of a group's candidates at once.
-    by_group: dict[int, list[tuple[list[Sequence], torch.Tensor]]] = {}
+    by_group: dict[int, list[tuple[list[Sequence], torch.Tensor, int]]] = {}
+    greedy = logits.argmax(dim=-1).tolist()  # every row's greedy token, one call for the batch
     for i, (group, seqs) in enumerate(rows):
-        by_group.setdefault(id(group), []).append((seqs, logits[i]))
+        by_group.setdefault(id(group), []).append((seqs, logits[i], greedy[i]))
     num_generated = 0
     for group in out.scheduled_seq_groups:
         entries = by_group[id(group)]
         if group.first_token_time is None:
             group.first_token_time = now
         if group.sampling_params.use_beam_search:
-            seqs = [s for seqs, _ in entries for s in seqs]
-            _process_beam(llm, scheduler, group, seqs, torch.stack([row for _, row in entries]))
+            seqs = [s for seqs, _, _ in entries for s in seqs]
+            _process_beam(llm, scheduler, group, seqs, torch.stack([row for _, row, _ in entries]))
             num_generated += len(seqs)
         else:
-            for seqs, row in entries:
-                _process_sampling(llm, scheduler, group, seqs, row.expand(len(seqs), -1))
+            for seqs, row, token in entries:
+                _process_sampling(llm, scheduler, group, seqs, row, token)
                 num_generated += len(seqs)
     finished = scheduler.free_finished_seq_groups()
     end = time.perf_counter()

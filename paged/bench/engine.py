@@ -15,7 +15,13 @@ sampling and beam search.
 
 Requests: lengths from ``data/sharegpt_lengths.csv`` (:func:`paged.workloads.load_trace`), scaled by
 ``max_model_len / 2048`` to the model's context; prompt tokens are random ids (only lengths matter);
-EOS is ignored so every request generates exactly its trace output length.
+EOS is ignored so every request generates exactly its trace output length. Every system serves the
+identical request list, after the same untimed warm-up (4 short requests on that system).
+
+Workload size: the default 128 requests (at 8192 KV slots, the shipped 1024-token model) fill the
+paged cache (its batch is bounded by memory, the paper's mechanism), and the few longest requests'
+lone tail is ~10% of the paged run. With 48 requests everything fits at once (peak ~5.6k of 8.2k
+slots) and half the decode steps ran at batch ≤ 8 waiting for the 3 longest requests.
 """
 
 from __future__ import annotations
@@ -68,39 +74,58 @@ def _engine_row(system: str, llm: LLM, prompts, outputs) -> dict:
             "peak_kv_bytes": stats.peak_kv_bytes, "num_preemptions": stats.num_preemptions}
 
 
-def throughput_comparison(model_path=DEFAULT_MODEL, *, num_requests: int = 48, kv_cache_tokens: int = 8192,
+def throughput_comparison(model_path=DEFAULT_MODEL, *, num_requests: int = 128, kv_cache_tokens: int = 8192,
                           block_size: int = 16, seed: int = 0, length_scale: float | None = None,
-                          systems=SYSTEMS, max_num_seqs: int = 256) -> pd.DataFrame:
+                          systems=SYSTEMS, max_num_seqs: int = 256, num_threads: int | None = None) -> pd.DataFrame:
     """Serve the same requests under each system with ``kv_cache_tokens`` KV slots; one row per system.
+
+    ``num_threads`` sets ``torch.set_num_threads`` for the whole comparison (every system; restored
+    afterwards); None keeps torch's setting. On a CPU shared with other jobs, 1 thread avoids the
+    stalls of a 2-thread pool whose second core is busy (then every system slows many-fold).
 
     Columns: system, seconds, output_tokens, tokens_per_s, requests_per_s, max_batch_size,
     mean_batch_size, peak_kv_bytes, num_preemptions, and ``*_ratio`` columns (each system / paged).
 
     Raises:
-        ValueError: unknown system name.
+        ValueError: unknown system name, or ``num_threads`` < 1.
     """
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
         raise ValueError(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
+    if num_threads is not None and num_threads < 1:
+        raise ValueError(f"num_threads must be ≥ 1 or None, got {num_threads}")
+    previous_threads = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        df = _compare(model_path, num_requests, kv_cache_tokens, block_size, seed, length_scale, systems,
+                      max_num_seqs)
+    finally:
+        torch.set_num_threads(previous_threads)
+    df["num_threads"] = torch.get_num_threads() if num_threads is None else num_threads
+    return df
+
+
+def _compare(model_path, num_requests, kv_cache_tokens, block_size, seed, length_scale, systems,
+             max_num_seqs) -> pd.DataFrame:
     paged = LLM(model_path, block_size=block_size, num_gpu_blocks=kv_cache_tokens // block_size,
                 max_num_seqs=max_num_seqs)
     model = paged.model
     prompts, outputs = sharegpt_requests(num_requests, paged.max_model_len, model.config.vocab_size, seed,
                                          length_scale)
-    warm = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
-    paged.generate(prompts[:4], warm, use_tqdm=False)  # first-call costs (allocator, kernels) out of the timing
+    warm_prompts, warm_outputs = prompts[:4], [4] * min(4, len(prompts))  # untimed, the same for every system
     bytes_per_slot = paged.bytes_per_slot
     rows = []
     for system in systems:
-        if system == "paged":
-            rows.append(_engine_row(system, paged, prompts, outputs))
-        elif system == "orca-max":
-            llm = LLM(model, tokenizer=paged.tokenizer, block_size=block_size,
-                      num_gpu_blocks=kv_cache_tokens // block_size, kv_manager="contiguous-max",
-                      max_num_seqs=max_num_seqs)
+        if system in ("paged", "orca-max"):
+            llm = paged if system == "paged" else LLM(
+                model, tokenizer=paged.tokenizer, block_size=block_size, num_gpu_blocks=kv_cache_tokens // block_size,
+                kv_manager="contiguous-max", max_num_seqs=max_num_seqs)
+            _engine_row(system, llm, warm_prompts, warm_outputs)
             rows.append(_engine_row(system, llm, prompts, outputs))
         else:
             run = run_hf_static if system == "hf-generate" else run_hf_generate_batch
+            run(model, warm_prompts, warm_outputs, kv_cache_tokens)
             r = run(model, prompts, outputs, kv_cache_tokens)
             rows.append({"system": system, "seconds": r.seconds, "output_tokens": r.output_tokens,
                          "max_batch_size": r.max_batch_size, "mean_batch_size": r.mean_batch_size,
@@ -147,17 +172,20 @@ def main(argv: list[str] | None = None) -> None:
     """CLI: print the throughput ratios (and optionally the sharing savings)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--num-requests", type=int, default=48)
+    parser.add_argument("--num-requests", type=int, default=128)
     parser.add_argument("--kv-cache-tokens", type=int, default=8192, help="KV budget for every system (tokens)")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for every system (1: steady on a shared CPU; 0: torch's default)")
     parser.add_argument("--sharing", action="store_true", help="also measure Fig. 15 sharing savings")
     args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
     start = time.perf_counter()
     df = throughput_comparison(args.model, num_requests=args.num_requests, kv_cache_tokens=args.kv_cache_tokens,
-                               block_size=args.block_size, seed=args.seed, systems=args.systems.split(","))
+                               block_size=args.block_size, seed=args.seed, systems=args.systems.split(","),
+                               num_threads=args.threads or None)
     cols = ["system", "tokens_per_s", "requests_per_s", "mean_batch_size", "max_batch_size", "peak_kv_bytes",
             "tokens_per_s_ratio", "requests_per_s_ratio", "mean_batch_size_ratio", "peak_kv_bytes_ratio"]
     with pd.option_context("display.width", 200, "display.max_columns", 20):
