@@ -61,8 +61,9 @@ bench-kernel: $(STAMP) ## Paged vs contiguous attention latency (Fig. 18a points
 bench-sim: $(STAMP) ## Simulator speed: token-steps/s and one 1,000-request point
 	$(PY) -m paged.bench.sim
 
-bench-engine: $(STAMP) ## Real-model engine throughput ratios
+bench-engine: $(STAMP) ## Real-model engine throughput ratios, then where its time goes
 	$(PY) -m paged.bench.engine
+	$(PY) -m paged.bench.engine_profile
 
 clean: ## Remove build outputs and caches (keeps .venv and committed figures)
 	rm -rf build .pytest_cache .hypothesis

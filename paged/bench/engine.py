@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ from paged.engine import LLM, SamplingParams
 from paged.hf_baselines import run_hf_generate_batch, run_hf_static
 from paged.workloads import SHAREGPT_LENGTHS_CSV, load_trace
 
-__all__ = ["DEFAULT_MODEL", "sharegpt_requests", "throughput_comparison", "sharing_savings", "main"]
+__all__ = ["DEFAULT_MODEL", "sharegpt_requests", "throughput_comparison", "sharing_savings", "torch_threads", "main"]
 
 DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "data" / "models" / "sharegpt-llama-tiny"
 SYSTEMS = ("paged", "orca-max", "hf-generate", "hf-generate-batch")
@@ -92,18 +93,29 @@ def throughput_comparison(model_path=DEFAULT_MODEL, *, num_requests: int = 128, 
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
         raise ValueError(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
+    with torch_threads(num_threads):
+        df = _compare(model_path, num_requests, kv_cache_tokens, block_size, seed, length_scale, systems,
+                      max_num_seqs)
+        df["num_threads"] = torch.get_num_threads()
+    return df
+
+
+@contextmanager
+def torch_threads(num_threads: int | None):
+    """Run the body with ``torch.set_num_threads(num_threads)`` (None: unchanged); restore it after.
+
+    Raises:
+        ValueError: ``num_threads`` < 1.
+    """
     if num_threads is not None and num_threads < 1:
         raise ValueError(f"num_threads must be ≥ 1 or None, got {num_threads}")
-    previous_threads = torch.get_num_threads()
+    previous = torch.get_num_threads()
     if num_threads is not None:
         torch.set_num_threads(num_threads)
     try:
-        df = _compare(model_path, num_requests, kv_cache_tokens, block_size, seed, length_scale, systems,
-                      max_num_seqs)
+        yield
     finally:
-        torch.set_num_threads(previous_threads)
-    df["num_threads"] = torch.get_num_threads() if num_threads is None else num_threads
-    return df
+        torch.set_num_threads(previous)
 
 
 def _compare(model_path, num_requests, kv_cache_tokens, block_size, seed, length_scale, systems,
