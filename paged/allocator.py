@@ -92,11 +92,15 @@ class BlockAllocator:
 
         Raises:
             ValueError: if the block is already free (a double free) or the id is out of range.
+            TypeError: if the id is not an integer.
         """
         ref_counts = self._ref_counts
-        if not 0 <= block_id < self._num_blocks:
-            raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
-        count = ref_counts[block_id]
+        try:  # costs nothing unless it raises
+            if not 0 <= block_id < self._num_blocks:
+                raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
+            count = ref_counts[block_id]
+        except TypeError:
+            raise TypeError(f"block id must be an integer, got {block_id!r}") from None
         if count == 0:
             raise ValueError(f"double free: physical block {block_id} is already free")
         count -= 1
@@ -110,10 +114,9 @@ class BlockAllocator:
         Raises:
             ValueError: if the block is free (sharing a free block would corrupt the pool) or
                 the id is out of range.
+            TypeError: if the id is not an integer.
         """
-        if not 0 <= block_id < self._num_blocks:
-            raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
-        if self._ref_counts[block_id] == 0:
+        if self.ref_count(block_id) == 0:
             raise ValueError(f"cannot share physical block {block_id}: it is free")
         self._ref_counts[block_id] += 1
 
@@ -143,10 +146,14 @@ class BlockAllocator:
 
         Raises:
             ValueError: if the id is out of range.
+            TypeError: if the id is not an integer.
         """
-        if not 0 <= block_id < self._num_blocks:
-            raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
-        return self._ref_counts[block_id]
+        try:
+            if not 0 <= block_id < self._num_blocks:
+                raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
+            return self._ref_counts[block_id]
+        except TypeError:
+            raise TypeError(f"block id must be an integer, got {block_id!r}") from None
 
     def __repr__(self) -> str:
         return (

@@ -53,6 +53,20 @@ class PagedKVCacheManager:
         self.block_tables: dict[int, BlockTable] = {}
 
     # -- admission --------------------------------------------------------------------
+    def _worst_case_blocks(self, seq_group: SequenceGroup) -> int:
+        """Blocks the group holds at its final length if only full prompt blocks stay shared."""
+        shared = seq_group.prompt_len // self.block_size
+        final_blocks = _cdiv(seq_group.prompt_len + seq_group.output_len, self.block_size)
+        return shared + seq_group.peak_num_seqs * (final_blocks - shared)
+
+    def never_reason(self, seq_group: SequenceGroup) -> str:
+        """Why :meth:`can_allocate` says NEVER for ``seq_group``: the numbers that do not fit."""
+        usable = self.gpu_allocator.num_blocks - self.watermark_blocks
+        return (f"at its final length its {seq_group.peak_num_seqs} sequence(s) need up to "
+                f"{max(self._worst_case_blocks(seq_group), self._prefill_blocks(seq_group))} blocks of "
+                f"{self.block_size} tokens, but the cache has {usable} usable blocks "
+                f"({self.gpu_allocator.num_blocks} minus a watermark of {self.watermark_blocks})")
+
     def _prefill_blocks(self, seq_group: SequenceGroup) -> int:
         """Blocks a prefill of the group's waiting sequences takes (a shared prompt once)."""
         waiting = seq_group.get_seqs(SequenceStatus.WAITING)
@@ -64,15 +78,13 @@ class PagedKVCacheManager:
         """OK if the prefill fits above the watermark; LATER if it must wait for memory.
 
         NEVER if the request could not run even alone in an empty cache: its prefill, or its
-        sequences at their final length (prompt + output; full prompt blocks shared), need more
-        blocks than the cache has above the watermark.
+        sequences at their final length (prompt + output; full prompt blocks shared; beam search:
+        ``seq_group.peak_num_seqs`` candidates), need more blocks than the cache has above the
+        watermark.
         """
         needed = self._prefill_blocks(seq_group)
         usable = self.gpu_allocator.num_blocks - self.watermark_blocks
-        shared = seq_group.prompt_len // self.block_size
-        final_blocks = _cdiv(seq_group.prompt_len + seq_group.output_len, self.block_size)
-        worst = shared + seq_group.num_seqs() * (final_blocks - shared)
-        if needed > usable or worst > usable:
+        if needed > usable or self._worst_case_blocks(seq_group) > usable:
             return AllocStatus.NEVER
         if self.gpu_allocator.num_free_blocks - needed >= self.watermark_blocks:
             return AllocStatus.OK

@@ -154,6 +154,17 @@ class ContiguousKVCacheManager:
     def _size(self, seq_group: SequenceGroup) -> int:
         return reservation_size(self.policy, seq_group.prompt_len, seq_group.output_len, self.max_seq_len)
 
+    def never_reason(self, seq_group: SequenceGroup) -> str:
+        """Why :meth:`can_allocate` says NEVER for ``seq_group``: the limit that binds."""
+        size = self._size(seq_group)
+        final_len = seq_group.prompt_len + seq_group.output_len
+        if final_len > size:
+            return (f"its sequences reach {final_len} tokens but the {self.policy!r} policy reserves at most "
+                    f"max_seq_len={self.max_seq_len} slots per sequence")
+        return (f"its {size}-slot reservation per sequence needs a contiguous block of "
+                f"{1 << self.buddy.order_for(size)} slots, larger than the largest the "
+                f"{self.num_total_slots}-slot cache has ({self.buddy.largest_block()})")
+
     def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
         """NEVER if the request outgrows its reservation or the largest block; else OK/LATER."""
         size = self._size(seq_group)

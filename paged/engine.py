@@ -117,7 +117,8 @@ class LLM:
         watermark: fraction of blocks kept free at admission (paged).
 
     Raises:
-        ValueError: unknown ``kv_manager`` or ``preemption``, or bad sizes.
+        ValueError: unknown ``kv_manager`` or ``preemption``, bad sizes, or ``max_model_len`` beyond the
+            model's ``max_position_embeddings``.
         FileNotFoundError: a model path that does not exist.
     """
 
@@ -138,7 +139,11 @@ class LLM:
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
         config = self.model.config
-        self.max_model_len = int(max_model_len or getattr(config, "max_position_embeddings", 2048))
+        model_len = getattr(config, "max_position_embeddings", None)
+        if max_model_len is not None and model_len is not None and max_model_len > model_len:
+            raise ValueError(f"max_model_len={max_model_len} is longer than the model's context "
+                             f"(max_position_embeddings={model_len})")
+        self.max_model_len = int(max_model_len or model_len or 2048)
         num_layers, num_kv_heads, head_size = model_kv_shape(config)
         if num_gpu_blocks is None:
             budget = _DEFAULT_KV_CACHE_BYTES if kv_cache_bytes is None else int(kv_cache_bytes)
@@ -193,7 +198,8 @@ class LLM:
         for _ in range(num_seqs):
             seqs.append(Sequence(self._next_seq_id, len(prompt_ids), token_ids=list(prompt_ids)))
             self._next_seq_id += 1
-        return SequenceGroup(request_id, float(request_id), seqs, params.max_tokens, sampling_params=params)
+        return SequenceGroup(request_id, float(request_id), seqs, params.max_tokens, sampling_params=params,
+                             max_num_seqs=params.beam_width if params.use_beam_search else 0)
 
     def new_seq_id(self) -> int:
         """A fresh sequence id (used by beam forks)."""

@@ -92,6 +92,10 @@ class KVCacheManager(Protocol):
         """Whether the waiting sequences of ``seq_group`` can get KV space for a prefill."""
         ...
 
+    def never_reason(self, seq_group: SequenceGroup) -> str:
+        """When :meth:`can_allocate` says NEVER: the limit the request exceeds, in words with numbers."""
+        ...
+
     def allocate(self, seq_group: SequenceGroup) -> None:
         """Give every waiting sequence of the group room for its ``num_tokens`` tokens."""
         ...

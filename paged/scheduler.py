@@ -109,10 +109,8 @@ class Scheduler:
             raise ValueError(f"request {seq_group.request_id!r} asks for {seq_group.output_len} output tokens")
         if self.kv_manager.can_allocate(seq_group) is AllocStatus.NEVER:
             raise RequestTooLargeError(
-                f"request {seq_group.request_id!r} needs up to {seq_group.prompt_len + seq_group.output_len} "
-                f"tokens per sequence (prompt {seq_group.prompt_len} + output {seq_group.output_len}, "
-                f"{seq_group.num_seqs()} sequence(s)); the KV cache holds {self.kv_manager.num_total_slots} "
-                f"slots, so it could never run"
+                f"request {seq_group.request_id!r} (prompt {seq_group.prompt_len} + output {seq_group.output_len} "
+                f"tokens) could never run: {self.kv_manager.never_reason(seq_group)}"
             )
         if seq_group.prompt_len > self.max_num_batched_tokens:
             raise RequestTooLargeError(

@@ -81,6 +81,8 @@ class SequenceGroup:
             Contiguous baselines read it to size reservations (Oracle, Pow2).
         sampling_params: decoding parameters when a real model runs (engine), else None.
         metrics: times and counters filled by the scheduler and executor (seconds; counts).
+        max_num_seqs: the most sequences the group will hold at once when that is more than it
+            holds now (beam search: its width, reached by forking after the prefill); 0 otherwise.
     """
 
     request_id: Any
@@ -92,12 +94,18 @@ class SequenceGroup:
     first_token_time: float | None = None
     finished_time: float | None = None
     num_preemptions: int = 0
+    max_num_seqs: int = 0
     extra: dict = field(default_factory=dict)
 
     @property
     def prompt_len(self) -> int:
         """Prompt tokens of the request (tokens)."""
         return self.seqs[0].prompt_len
+
+    @property
+    def peak_num_seqs(self) -> int:
+        """The most sequences the group will hold at once: ``max(len(seqs), max_num_seqs)``."""
+        return max(len(self.seqs), self.max_num_seqs)
 
     def get_seqs(self, status: SequenceStatus | None = None) -> list[Sequence]:
         """The group's sequences, optionally only those with ``status``."""

@@ -150,4 +150,9 @@ def test_bad_input(model):
         LLM("/nonexistent/model/dir")
     with pytest.raises(ValueError, match="beam search"):
         LLM(model, kv_manager="contiguous-max").generate([[5, 6]], SamplingParams(beam_width=2, max_tokens=2))
+    # Beam search: the width counts in the up-front check (4 beams × 3 final blocks > 4), before anything runs.
+    with pytest.raises(RequestTooLargeError, match="4 sequence"):
+        llm.generate([[5] * 10, [5] * 40], [GREEDY, SamplingParams(beam_width=4, max_tokens=20)])
+    with pytest.raises(ValueError, match="max_position_embeddings=256"):
+        LLM(model, max_model_len=512)
     assert llm.kv_manager.get_num_free_gpu_blocks() == 4  # nothing was queued or allocated
