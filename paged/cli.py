@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import sys
+import warnings
 
 __all__ = ["main", "build_parser"]
 
@@ -20,6 +21,31 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
     return value
+
+
+def _seed(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32), got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value}")
+    return value
+
+
+def _json(result: dict) -> str:
+    """One JSON object; a non-finite float (a rate of inf) is written as the string "inf" (valid JSON)."""
+    def clean(value):
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        return value
+    return json.dumps(clean(result), allow_nan=False)
 
 
 def _fragmentation(args: argparse.Namespace) -> int:
@@ -34,7 +60,7 @@ def _fragmentation(args: argparse.Namespace) -> int:
                                     max_seq_len=args.max_seq_len)
         result[system] = fractions
     if args.json:
-        print(json.dumps(result))
+        print(_json(result))
     else:
         print(f"{'system':<12} {'token states':>12} {'reservation':>12} {'internal':>10} {'external':>10}")
         for system, f in result.items():
@@ -50,7 +76,7 @@ def _simulate(args: argparse.Namespace) -> int:
                             num_requests=args.num_requests, seed=args.seed, block_size=args.block_size,
                             preemption=args.preemption)
     if args.json:
-        print(json.dumps(result))
+        print(_json(result))
     else:
         width = max(len(k) for k in result)
         for key, value in result.items():
@@ -68,10 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="sharegpt | sharegpt-chat | alpaca | path to a length CSV or ShareGPT JSON")
     frag.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block (paged)")
     frag.add_argument("--num-requests", type=_positive_int, default=1000, help="requests sampled")
-    frag.add_argument("--seed", type=int, default=0, help="sampling seed")
+    frag.add_argument("--seed", type=_seed, default=0, help="sampling seed")
     frag.add_argument("--rate", type=float, default=math.inf, help="requests/s (inf: all at t=0)")
     frag.add_argument("--model", default="opt-13b", help="model whose KV size sets the capacity")
-    frag.add_argument("--kv-cache-gib", type=float, default=12.0, help="KV cache memory (GiB)")
+    frag.add_argument("--kv-cache-gib", type=_positive_float, default=12.0, help="KV cache memory (GiB)")
     frag.add_argument("--max-seq-len", type=_positive_int, default=2048, help="maximum sequence length")
     frag.add_argument("--json", action="store_true", help="print exactly one JSON object")
     frag.set_defaults(func=_fragmentation)
@@ -80,11 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="one simulated serving run (normalized latency, throughput)")
     sim.add_argument("--model", default="opt-13b", help="opt-13b | opt-66b | opt-175b | llama-13b (Table 1 server)")
-    sim.add_argument("--trace", default="sharegpt", choices=TRACES, help="workload")
+    sim.add_argument("--trace", default="sharegpt",
+                     help=f"workload: {' | '.join(TRACES)} | path to a length CSV or ShareGPT JSON")
     sim.add_argument("--system", default="paged", choices=SYSTEMS, help="serving system")
     sim.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s; inf: all at t=0)")
     sim.add_argument("--num-requests", type=_positive_int, default=1000, help="requests sampled")
-    sim.add_argument("--seed", type=int, default=0, help="sampling and arrival seed")
+    sim.add_argument("--seed", type=_seed, default=0, help="sampling and arrival seed")
     sim.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block (paged)")
     sim.add_argument("--preemption", default="recompute", choices=("recompute", "swap"), help="paged preemption")
     sim.add_argument("--json", action="store_true", help="print exactly one JSON object")
@@ -93,7 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a command; errors in the input are reported in one line with exit status 2."""
+    """Run a command; errors in the input are reported in one line with exit status 2.
+
+    Warnings (e.g. a ShareGPT file cut off mid-record) are printed as one ``warning:`` line each.
+    """
+    warnings.formatwarning = lambda message, category, *args, **kwargs: f"warning: {message}\n"
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -78,11 +78,17 @@ def memory_waste(
         (fractions summing to 1, the :class:`SimulationResult`).
 
     Raises:
-        ValueError: for an unknown system; RequestTooLargeError if a request can never fit.
+        ValueError: for an unknown system, or if no iteration had a waiting request (the trace
+            never fills the cache, so Fig. 2's average is undefined: use more requests or a smaller
+            cache); RequestTooLargeError if a request can never fit.
     """
     num_slots = num_slots or default_num_slots(block_size=block_size)
     manager = make_kv_manager(system, num_slots, block_size=block_size, max_seq_len=max_seq_len)
     result = simulate(trace, manager, lambda outputs: ITERATION_TIME)
+    if result.memory.iterations == 0:
+        raise ValueError(f"{system}: no iteration had a waiting request ({len(trace)} requests never fill the "
+                         f"{num_slots}-slot KV cache), so the average over waiting iterations is undefined; "
+                         f"use more requests or a smaller cache")
     return result.memory.mean(), result
 
 

@@ -49,9 +49,17 @@ def peak_bandwidth_gbps(device_name: str) -> float | None:
 
 
 def resolve_device(device: str) -> torch.device:
-    """``"auto"`` → CUDA if available, else CPU; otherwise ``torch.device(device)``."""
+    """``"auto"`` → CUDA if available, else CPU; otherwise ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+
+    Raises:
+        ValueError: any other device string, or ``"cuda"`` on a machine without CUDA.
+    """
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device != "cpu" and not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if device != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device here; use 'cpu' or 'auto'")
     return torch.device(device)
 
 

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -63,8 +64,11 @@ class SamplingParams:
                 raise TypeError(f"SamplingParams.{name} must be an int, got {value!r}")
             if value < 1:
                 raise ValueError(f"SamplingParams.{name} must be ≥ 1, got {value}")
-        if not self.temperature >= 0:
-            raise ValueError(f"SamplingParams.temperature must be ≥ 0, got {self.temperature}")
+        if not 0 <= self.temperature < math.inf:
+            raise ValueError(f"SamplingParams.temperature must be finite and ≥ 0, got {self.temperature}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not 0 <= self.seed < 2**63):
+            raise ValueError(f"SamplingParams.seed must be None or an int in [0, 2**63), got {self.seed!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
         if self.beam_width > 1 and self.n > self.beam_width:

@@ -44,6 +44,16 @@ def test_out_of_range_ids(bad):
             op(bad)
 
 
+@pytest.mark.parametrize("bad", [1.5, 1.0, "0", None])
+def test_non_integer_ids(bad):
+    alloc = BlockAllocator(5, 4)
+    alloc.allocate()
+    for op in (alloc.free, alloc.incref, alloc.ref_count):
+        with pytest.raises(TypeError, match="block id must be an integer"):
+            op(bad)
+    assert alloc.num_free_blocks == 4 and alloc.ref_count(0) == 1
+
+
 def test_incref_free_block_raises():
     alloc = BlockAllocator(2, 4)
     with pytest.raises(ValueError, match="free"):

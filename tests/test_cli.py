@@ -35,9 +35,22 @@ def test_simulate_json_has_the_documented_keys():
     (("fragmentation", "--num-requests", "0"), "must be ≥ 1"),
     (("simulate", "--rate", "-1"), "rate"),
     (("simulate", "--num-requests", "999999"), "999999"),
+    (("simulate", "--seed", "-1"), "--seed"),
+    (("fragmentation", "--kv-cache-gib", "0"), "--kv-cache-gib"),
+    (("fragmentation", "--num-requests", "2"), "no iteration had a waiting request"),
+    (("fragmentation", "--max-seq-len", "10"), "max_seq_len=10"),
 ])
 def test_bad_input_is_one_clear_error(args, message):
     out = run(*args)
     assert out.returncode == 2
     assert message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_json_stays_valid_with_an_infinite_rate(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("prompt_len,output_len\n" + "".join(f"{10 + i},{20 + i}\n" for i in range(20)))
+    out = run("simulate", "--trace", str(trace), "--num-requests", "20", "--rate", "inf", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)  # strict JSON: no Infinity
+    assert data["rate"] == "inf" and data["num_requests"] == 20

@@ -260,3 +260,12 @@ def test_gpu_large_block_ids_do_not_overflow():
     out = paged_attention(query, key_cache, value_cache, block_tables, lens, backend="triton")
     assert_close(out, paged_attention_reference(query, key_cache, value_cache, block_tables, lens,
                                                 head_size ** -0.5), FP16)
+
+
+@pytest.mark.parametrize("device, match", [("gpu", "must be 'auto', 'cpu'"), ("cuda:x", "must be 'auto', 'cpu'")])
+def test_benchmark_device_names_the_problem(device, match):
+    from paged.kernel_bench import resolve_device
+
+    with pytest.raises(ValueError, match=match):
+        resolve_device(device)
+    assert resolve_device("cpu").type == "cpu"

@@ -41,7 +41,10 @@ def test_seeded_generator_reproducible():
 @pytest.mark.parametrize("kwargs, match", [({"n": 0}, "n"), ({"temperature": -1}, "temperature"),
                                            ({"top_p": 0}, "top_p"), ({"beam_width": 2, "n": 3}, "beam_width"),
                                            ({"early_stopping": "sometimes"}, "early_stopping"),
-                                           ({"max_tokens": 1.5}, "max_tokens")])
+                                           ({"max_tokens": 1.5}, "max_tokens"),
+                                           ({"temperature": float("inf")}, "temperature"),
+                                           ({"seed": -1}, "seed"), ({"seed": 2**70}, "seed"),
+                                           ({"seed": 1.5}, "seed")])
 def test_params_validation(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         SamplingParams(**kwargs)
