@@ -15,7 +15,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 
 #: Tiny parameters per notebook: seconds, not minutes.
 TINY = {
-    "01_fragmentation": {"num_requests": 40, "block_sizes": [8, 16], "kv_cache_gib": 2.0},
+    "01_fragmentation": {"num_requests": 80, "block_sizes": [8, 16], "kv_cache_gib": 2.0},
     "03_throughput": {"num_requests": 60, "sharegpt_rates": [1.0, 4.0], "alpaca_rates": [10.0],
                       "chat_rates": [1.0], "block_sizes": [8, 16], "sustained_max_rate": 4.0, "workers": 1},
     "04_kernel": {"device": "cpu", "context_lens": [16, 64], "batch_sizes": [2], "num_heads": 8,
@@ -64,3 +64,11 @@ def test_unknown_parameter_is_refused(tmp_path):
     with pytest.raises(pm.PapermillExecutionError) as err:
         _execute(nb, tmp_path, num_request=10)  # typo of num_requests
     assert "num_request" in str(err.value) and "unknown papermill parameter" in str(err.value)
+
+
+def test_mistyped_parameter_is_refused_before_any_work(tmp_path):
+    nb = ROOT / "notebooks" / "01_fragmentation.ipynb"
+    with pytest.raises(pm.PapermillExecutionError) as err:
+        _execute(nb, tmp_path, kv_cache_gib="twelve")
+    assert "parameter 'kv_cache_gib' must be a float" in str(err.value)
+    assert not (tmp_path / "figures").exists() or not any((tmp_path / "figures").iterdir())
