@@ -21,7 +21,13 @@ at or under :data:`LATENCY_THRESHOLD` = 0.2 s/token. Why 0.2: people read about 
 (≈ 200–250 words/min at ~1.3 tokens/word), so a service slower than 0.2 s per output token falls
 behind its reader; it is also 5–10× the unloaded normalized latency of every preset here
 (≈ 0.025–0.04 s/token), well inside the "explosion" region of a queue past saturation, so the
-rate found hardly depends on the exact value.
+rate found hardly depends on the exact value. The search is a bisection on the rate to a relative
+tolerance (3% by default); the points of an earlier sweep (:func:`sweep`) can narrow its starting
+bracket (``known=``), which saves simulations without changing what is measured.
+
+Wall time: :func:`simulate_point` also returns ``sim_wall_seconds`` (:data:`WALL_TIME_COLUMNS`), the
+only number here that changes between identical runs; leave it out of saved tables that must be
+byte-identical on a rerun.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from paged.sequence import SequenceGroup
 from paged.simulator import SimulationResult, _groups_from_trace, simulate
 from paged.workloads import get_trace
 
-__all__ = ["SYSTEMS", "TRACES", "LATENCY_THRESHOLD", "CPU_SWAP_BYTES", "run_system",
+__all__ = ["SYSTEMS", "TRACES", "LATENCY_THRESHOLD", "CPU_SWAP_BYTES", "WALL_TIME_COLUMNS", "run_system",
            "simulate_static_batching", "metrics", "simulate_point", "sweep", "sustained_rate"]
 
 SYSTEMS = ("paged", "orca-oracle", "orca-pow2", "orca-max", "fastertransformer")
@@ -48,6 +54,9 @@ LATENCY_THRESHOLD = 0.2
 #: CPU swap space per server for the paged system (bytes): vLLM's default ``swap_space=4`` GiB
 #: per GPU, times the server's GPUs.
 CPU_SWAP_BYTES = 4 * 2**30
+#: Columns of :func:`simulate_point` / :func:`sweep` that measure this machine's wall time (seconds),
+#: not the simulated system: they differ between identical runs.
+WALL_TIME_COLUMNS = ("sim_wall_seconds",)
 
 
 def _cost_model(model: str | CostModel, system: str, block_size: int) -> CostModel:
@@ -198,15 +207,17 @@ def sweep(points: list[dict], workers: int = 2, desc: str = "simulate") -> pd.Da
     return pd.DataFrame(_parallel(simulate_point, points, workers, desc))
 
 
-def _sustained(model, trace, system, lo, hi, num_requests, seed, block_size, preemption, threshold, rel_tol):
+def _sustained(model, trace, system, lo, hi, num_requests, seed, block_size, preemption, threshold, rel_tol,
+               lo_ok=None, hi_ok=None):
+    """Bisection of one system's sustained rate; ``lo_ok``/``hi_ok`` are already known outcomes."""
     def ok(rate):
         return simulate_point(model, trace, system, rate, num_requests, seed, block_size,
                               preemption)["normalized_latency"] <= threshold
 
-    censored = ok(hi)
+    censored = ok(hi) if hi_ok is None else hi_ok
     if censored:
         lo = hi
-    elif not ok(lo):
+    elif not (ok(lo) if lo_ok is None else lo_ok):
         hi = lo
         lo = 0.0
     while hi - lo > rel_tol * hi and not censored:
@@ -216,18 +227,70 @@ def _sustained(model, trace, system, lo, hi, num_requests, seed, block_size, pre
             "censored_at_max": censored, "threshold": threshold}
 
 
+def _bracket(known: pd.DataFrame | None, system: str, lo: float, hi: float, threshold: float,
+             settings: dict) -> dict:
+    """Narrow ``[lo, hi]`` for ``system`` with the matching rows of ``known`` (see sustained_rate)."""
+    out = {"lo": lo, "hi": hi, "lo_ok": None, "hi_ok": None}
+    if known is None or len(known) == 0:
+        return out
+    rows = known[known["system"] == system]
+    for key, value in settings.items():
+        rows = rows[rows[key] == value]
+    rows = rows[(rows["rate"] >= lo) & (rows["rate"] <= hi)]
+    if len(rows) == 0:
+        return out
+    ok = rows["normalized_latency"] <= threshold
+    failing = rows.loc[~ok, "rate"]
+    if len(failing):
+        out.update(hi=float(failing.min()), hi_ok=False)
+        if out["hi"] <= lo:  # even lo fails: the bisection goes on below lo
+            out["lo_ok"] = False
+            return out
+    elif (rows.loc[ok, "rate"] == hi).any():
+        out["hi_ok"] = True
+    passing = rows.loc[ok & (rows["rate"] < out["hi"]), "rate"]
+    if len(passing):
+        out.update(lo=float(passing.max()), lo_ok=True)
+    return out
+
+
 def sustained_rate(systems, *, model: str = "opt-13b", trace: str = "sharegpt", lo: float = 0.05,
                    hi: float = 8.0, num_requests: int = 1000, seed: int = 0, block_size: int = 16,
                    preemption: str = "recompute", threshold: float = LATENCY_THRESHOLD,
-                   rel_tol: float = 0.03, workers: int = 2) -> pd.DataFrame:
+                   rel_tol: float = 0.03, workers: int = 2, known: pd.DataFrame | None = None) -> pd.DataFrame:
     """Each system's sustained rate: the highest rate (requests/s) with normalized latency
-    ≤ ``threshold``, by bisection on ``[lo, hi]`` to ``rel_tol`` (systems in parallel).
+    ≤ ``threshold`` (s/token), by bisection on ``[lo, hi]`` until the bracket is within
+    ``rel_tol`` of its upper end (systems in parallel over ``workers`` processes).
 
     Assumes latency grows with rate (arrivals at every rate come from the same seed, scaled).
-    A system that sustains ``hi`` is reported as ``hi`` with ``censored_at_max``.
+    A system that sustains ``hi`` is reported as ``hi`` with ``censored_at_max`` (its true
+    sustained rate is at least that).
+
+    Args:
+        systems: names from :data:`SYSTEMS`.
+        known: optional rows of an earlier :func:`sweep` (columns ``system``, ``rate``,
+            ``normalized_latency`` and the settings ``model``, ``trace``, ``num_requests``,
+            ``seed``, ``block_size``, ``preemption``). Rows with the same settings start the
+            bisection from the tightest bracket they give (the lowest failing rate in
+            ``[lo, hi]`` and the highest passing rate below it), so those rates are not simulated
+            again. Rows with other settings are ignored. The stopping rule is unchanged.
+
+    Returns:
+        One row per system: ``model``, ``trace``, ``system``, ``sustained_rate`` (requests/s),
+        ``censored_at_max``, ``threshold`` (s/token).
+
+    Raises:
+        ValueError: if ``lo`` is not in ``(0, hi)`` or ``rel_tol`` is not in ``(0, 1)``; from
+            :func:`simulate_point` for unknown names.
     """
-    jobs = [dict(model=model, trace=trace, system=s, lo=lo, hi=hi, num_requests=num_requests, seed=seed,
-                 block_size=block_size, preemption=preemption, threshold=threshold, rel_tol=rel_tol)
+    if not 0 < lo < hi:
+        raise ValueError(f"need 0 < lo < hi, got lo={lo}, hi={hi}")
+    if not 0 < rel_tol < 1:
+        raise ValueError(f"rel_tol must be in (0, 1), got {rel_tol}")
+    settings = dict(model=model, trace=trace, num_requests=num_requests, seed=seed, block_size=block_size,
+                    preemption=preemption)
+    jobs = [dict(model=model, trace=trace, system=s, num_requests=num_requests, seed=seed, block_size=block_size,
+                 preemption=preemption, threshold=threshold, rel_tol=rel_tol,
+                 **_bracket(known, s, lo, hi, threshold, settings))
             for s in systems]
     return pd.DataFrame(_parallel(_sustained, jobs, workers, f"sustained rate ({trace})"))
-
