@@ -13,24 +13,35 @@ import math
 import sys
 import warnings
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "run_command", "positive_int", "nonnegative_int", "seed_int", "positive_float"]
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1 (argparse names the option in its error)."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
     return value
 
 
-def _seed(text: str) -> int:
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer ≥ 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """argparse type: a seed in [0, 2**32)."""
     value = int(text)
     if not 0 <= value < 2**32:
         raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32), got {value}")
     return value
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
     value = float(text)
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value}")
@@ -92,13 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     frag = sub.add_parser("fragmentation", help="KV memory breakdown per system (Fig. 2)")
     frag.add_argument("--trace", default="sharegpt",
                       help="sharegpt | sharegpt-chat | alpaca | path to a length CSV or ShareGPT JSON")
-    frag.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block (paged)")
-    frag.add_argument("--num-requests", type=_positive_int, default=1000, help="requests sampled")
-    frag.add_argument("--seed", type=_seed, default=0, help="sampling seed")
+    frag.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (paged)")
+    frag.add_argument("--num-requests", type=positive_int, default=1000, help="requests sampled")
+    frag.add_argument("--seed", type=seed_int, default=0, help="sampling seed")
     frag.add_argument("--rate", type=float, default=math.inf, help="requests/s (inf: all at t=0)")
     frag.add_argument("--model", default="opt-13b", help="model whose KV size sets the capacity")
-    frag.add_argument("--kv-cache-gib", type=_positive_float, default=12.0, help="KV cache memory (GiB)")
-    frag.add_argument("--max-seq-len", type=_positive_int, default=2048, help="maximum sequence length")
+    frag.add_argument("--kv-cache-gib", type=positive_float, default=12.0, help="KV cache memory (GiB)")
+    frag.add_argument("--max-seq-len", type=positive_int, default=2048, help="maximum sequence length")
     frag.add_argument("--json", action="store_true", help="print exactly one JSON object")
     frag.set_defaults(func=_fragmentation)
 
@@ -110,9 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"workload: {' | '.join(TRACES)} | path to a length CSV or ShareGPT JSON")
     sim.add_argument("--system", default="paged", choices=SYSTEMS, help="serving system")
     sim.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s; inf: all at t=0)")
-    sim.add_argument("--num-requests", type=_positive_int, default=1000, help="requests sampled")
-    sim.add_argument("--seed", type=_seed, default=0, help="sampling and arrival seed")
-    sim.add_argument("--block-size", type=_positive_int, default=16, help="tokens per block (paged)")
+    sim.add_argument("--num-requests", type=positive_int, default=1000, help="requests sampled")
+    sim.add_argument("--seed", type=seed_int, default=0, help="sampling and arrival seed")
+    sim.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (paged)")
     sim.add_argument("--preemption", default="recompute", choices=("recompute", "swap"), help="paged preemption")
     sim.add_argument("--json", action="store_true", help="print exactly one JSON object")
     sim.set_defaults(func=_simulate)
@@ -124,11 +135,24 @@ def main(argv: list[str] | None = None) -> int:
 
     Warnings (e.g. a ShareGPT file cut off mid-record) are printed as one ``warning:`` line each.
     """
-    warnings.formatwarning = lambda message, category, *args, **kwargs: f"warning: {message}\n"
     parser = build_parser()
+    sys.exit(run_command(parser, lambda args: args.func(args), argv))
+
+
+def run_command(parser: argparse.ArgumentParser, body, argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run ``body(args)``; bad input ends in one ``error:`` line and exit status 2.
+
+    Used by ``python -m paged`` and the ``python -m paged.bench.*`` benchmarks. Errors that name a
+    problem in the input (ValueError, FileNotFoundError, MemoryError from a too-small cache) are
+    printed without a traceback; warnings (e.g. a ShareGPT file cut off mid-record) as one
+    ``warning:`` line each.
+
+    Returns:
+        ``body``'s return value (0 when it returns None).
+    """
+    warnings.formatwarning = lambda message, category, *args, **kwargs: f"warning: {message}\n"
     args = parser.parse_args(argv)
     try:
-        code = args.func(args)
+        return body(args) or 0
     except (ValueError, FileNotFoundError, MemoryError) as err:
         parser.exit(2, f"error: {err}\n")
-    sys.exit(code)

@@ -182,12 +182,18 @@ def sweep(context_lens, batch_sizes, *, num_heads: int = 40, num_kv_heads: int =
         progress: print each row as it is measured.
 
     Raises:
-        ValueError: on an empty grid or a non-positive size.
+        ValueError: on an empty grid, a non-positive size, or ``num_heads`` not a multiple of
+            ``num_kv_heads`` (GQA / MQA groups query heads over KV heads).
     """
     if not context_lens or not batch_sizes:
         raise ValueError("context_lens and batch_sizes must be non-empty")
     if min(context_lens) < 1 or min(batch_sizes) < 1 or repeats < 1:
         raise ValueError("context lengths, batch sizes and repeats must be ≥ 1")
+    if min(num_heads, num_kv_heads, head_size, block_size) < 1:
+        raise ValueError(f"num_heads, num_kv_heads, head_size and block_size must be ≥ 1, got "
+                         f"{num_heads}, {num_kv_heads}, {head_size}, {block_size}")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     element = torch.empty((), dtype=torch_dtype).element_size()

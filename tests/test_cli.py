@@ -54,3 +54,20 @@ def test_json_stays_valid_with_an_infinite_rate(tmp_path):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)  # strict JSON: no Infinity
     assert data["rate"] == "inf" and data["num_requests"] == 20
+
+
+@pytest.mark.parametrize("module, args, message", [
+    ("paged.bench.engine", ("--num-requests", "0"), "argument --num-requests: must be ≥ 1"),
+    ("paged.bench.engine", ("--model", "/nonexistent/model"), "does not exist"),
+    ("paged.bench.engine_profile", ("--threads", "-1"), "argument --threads: must be ≥ 0"),
+    ("paged.bench.kernel", ("--num-kv-heads", "3", "--context-lens", "16", "--batch-sizes", "1"),
+     "must be a multiple of num_kv_heads=3"),
+    ("paged.bench.kernel", ("--block-size", "0"), "argument --block-size: must be ≥ 1"),
+    ("paged.bench.sim", ("--rate", "0"), "argument --rate: must be a finite number > 0"),
+    ("paged.bench.allocator", ("--number", "0"), "argument --number: must be ≥ 1"),
+])
+def test_benchmarks_refuse_bad_arguments_in_one_line(module, args, message):
+    out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr

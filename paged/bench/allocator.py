@@ -7,10 +7,11 @@ same run, and ≤ 10 µs to fork a 128-block table.
 
 from __future__ import annotations
 
-import argparse
 import timeit
 
 from paged import BlockAllocator, BlockTable
+from paged.bench import bench_parser
+from paged.cli import positive_int, run_command
 
 
 def measure(number: int = 200_000, repeat: int = 5) -> dict[str, float]:
@@ -59,9 +60,12 @@ def measure(number: int = 200_000, repeat: int = 5) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     """Print the allocator figures and whether each target is met."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--number", type=int, default=200_000, help="operations per timing")
-    args = parser.parse_args(argv)
+    parser = bench_parser("paged.bench.allocator", __doc__)
+    parser.add_argument("--number", type=positive_int, default=200_000, help="operations per timing")
+    run_command(parser, _report, argv)
+
+
+def _report(args) -> None:
     r = measure(args.number)
     print(f"BlockAllocator allocate+free : {r['alloc_free_per_s']:>12,.0f} pairs/s "
           f"(target ≥ 3,000,000: {'met' if r['alloc_free_per_s'] >= 3e6 else 'NOT met'})")

@@ -26,7 +26,6 @@ slots) and half the decode steps ran at batch ≤ 8 waiting for the 3 longest re
 
 from __future__ import annotations
 
-import argparse
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +34,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from paged.bench import bench_parser
+from paged.cli import nonnegative_int, positive_int, run_command, seed_int
 from paged.engine import LLM, SamplingParams
 from paged.hf_baselines import run_hf_generate_batch, run_hf_static
 from paged.workloads import SHAREGPT_LENGTHS_CSV, load_trace
@@ -182,17 +183,20 @@ def sharing_savings(model_path=DEFAULT_MODEL, *, num_requests: int = 8, widths=(
 
 def main(argv: list[str] | None = None) -> None:
     """CLI: print the throughput ratios (and optionally the sharing savings)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser("paged.bench.engine", __doc__)
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--num-requests", type=int, default=128)
-    parser.add_argument("--kv-cache-tokens", type=int, default=8192, help="KV budget for every system (tokens)")
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-requests", type=positive_int, default=128)
+    parser.add_argument("--kv-cache-tokens", type=positive_int, default=8192, help="KV budget for every system (tokens)")
+    parser.add_argument("--block-size", type=positive_int, default=16)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--threads", type=nonnegative_int, default=1,
                         help="torch threads for every system (1: steady on a shared CPU; 0: torch's default)")
     parser.add_argument("--sharing", action="store_true", help="also measure Fig. 15 sharing savings")
-    args = parser.parse_args(argv)
+    run_command(parser, _report, argv)
+
+
+def _report(args) -> None:
     torch.manual_seed(args.seed)
     start = time.perf_counter()
     df = throughput_comparison(args.model, num_requests=args.num_requests, kv_cache_tokens=args.kv_cache_tokens,

@@ -15,15 +15,15 @@ more per step on an A100, so throughput grows with the batch that memory allows)
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 import pandas as pd
-import torch
 from torch.profiler import ProfilerActivity, profile
 
+from paged.bench import bench_parser
 from paged.bench.engine import DEFAULT_MODEL, sharegpt_requests, torch_threads
+from paged.cli import nonnegative_int, positive_int, run_command
 from paged.engine import LLM, SamplingParams
 
 __all__ = ["decode_step_cost", "op_time_shares", "main"]
@@ -116,11 +116,14 @@ def op_time_shares(model_path=DEFAULT_MODEL, *, num_requests: int = 64, kv_cache
 
 def main(argv: list[str] | None = None) -> None:
     """CLI: print the decode step cost per batch size and the per-op time shares."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser("paged.bench.engine_profile", __doc__)
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--num-requests", type=int, default=64, help="requests for the op profile")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--num-requests", type=positive_int, default=64, help="requests for the op profile")
+    parser.add_argument("--threads", type=nonnegative_int, default=1, help="torch threads (0: torch's default)")
+    run_command(parser, _report, argv)
+
+
+def _report(args) -> None:
     threads = args.threads or None
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(decode_step_cost(args.model, num_threads=threads).round(4).to_string(index=False))

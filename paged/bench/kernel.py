@@ -11,28 +11,35 @@ from __future__ import annotations
 
 import argparse
 
+from paged.bench import bench_parser
+from paged.cli import positive_int, run_command
 from paged.kernel_bench import PAPER_RATIO, sweep
 
 
 def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
+    values = [positive_int(x) for x in text.split(",") if x]
+    if not values:
+        raise argparse.ArgumentTypeError("needs at least one comma-separated integer")
+    return values
 
 
 def main(argv: list[str] | None = None) -> None:
     """Print one line per point and a summary of the ratio against the paper's."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser("paged.bench.kernel", __doc__)
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--dtype", default="auto", help="auto (fp16 on GPU, fp32 on CPU), float32, float16, bfloat16")
     parser.add_argument("--context-lens", type=_ints, default=None,
                         help="comma-separated tokens (default: 64,128,256,1024,4096,16384 on GPU; 64,128,256,1024 on CPU)")
     parser.add_argument("--batch-sizes", type=_ints, default=None, help="comma-separated (default 8,32,64 GPU; 8,32 CPU)")
-    parser.add_argument("--num-heads", type=int, default=40)
-    parser.add_argument("--num-kv-heads", type=int, default=40)
-    parser.add_argument("--head-size", type=int, default=128)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args(argv)
+    parser.add_argument("--num-heads", type=positive_int, default=40)
+    parser.add_argument("--num-kv-heads", type=positive_int, default=40)
+    parser.add_argument("--head-size", type=positive_int, default=128)
+    parser.add_argument("--block-size", type=positive_int, default=16)
+    parser.add_argument("--repeats", type=positive_int, default=5)
+    run_command(parser, _report, argv)
 
+
+def _report(args) -> None:
     from paged.kernel_bench import resolve_device
 
     gpu = resolve_device(args.device).type == "cuda"

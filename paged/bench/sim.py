@@ -9,9 +9,10 @@ iteration at a time (``fast_forward=False``), which gives identical results, for
 
 from __future__ import annotations
 
-import argparse
 import time
 
+from paged.bench import bench_parser
+from paged.cli import positive_float, positive_int, run_command
 from paged.workloads import get_trace
 from paged.serving import SYSTEMS, _cost_model, run_system
 from paged.simulator import simulate
@@ -49,10 +50,13 @@ def measure(num_requests: int = 1000, rate: float = 2.0, seed: int = 0) -> dict[
 
 def main(argv: list[str] | None = None) -> None:
     """Print the simulator figures and whether each target is met."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-requests", type=int, default=1000, help="requests per point")
-    parser.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s)")
-    args = parser.parse_args(argv)
+    parser = bench_parser("paged.bench.sim", __doc__)
+    parser.add_argument("--num-requests", type=positive_int, default=1000, help="requests per point")
+    parser.add_argument("--rate", type=positive_float, default=2.0, help="request rate (requests/s)")
+    run_command(parser, _report, argv)
+
+
+def _report(args) -> None:
     get_trace("sharegpt", 10, seed=0, rate=1.0)  # load the trace and the model presets outside the timings
     _cost_model("opt-13b", "paged", 16)
     r = measure(args.num_requests, args.rate)
