@@ -58,3 +58,30 @@ def test_long_values_are_shortened_in_the_message():
     with pytest.raises(ParameterTypeError) as err:
         check_parameters(ns)
     assert len(str(err.value)) < 300
+
+
+@pytest.mark.parametrize("name, value, match", [
+    ("block_size", 0, "'block_size' must be > 0, got 0"), ("rate", -1.0, "'rate' must be > 0"),
+    ("rate", math.nan, "'rate' must be > 0"), ("seed", -1, "'seed' must be ≥ 0"),
+    ("block_sizes", [16, 0], "'block_sizes' must be > 0, got 0 in"), ("block_sizes", [], "'block_sizes' must not be empty"),
+    ("rates_by_trace", {"sharegpt": 0.0}, "'rates_by_trace' must be > 0"),
+    ("rates_by_trace", {"foo": 1.0}, "'foo' is not one of"), ("system", "pagd", "'pagd' is not one of"),
+    ("systems", ["paged", "x"], "'x' is not one of"),
+])
+def test_bad_values_named(name, value, match):
+    from paged.notebook import ParameterValueError
+
+    ns = _recorded(block_size=16, rate=2.0, seed=0, block_sizes=[8, 16], rates_by_trace={"sharegpt": 3.0},
+                   system="paged", systems=["paged"], num_threads=1)
+    ns[name] = value
+    with pytest.raises(ParameterValueError, match=match):
+        check_parameters(ns, positive=["block_size", "rate", "block_sizes", "rates_by_trace", "num_threads"],
+                         nonnegative=["seed"], choices={"rates_by_trace": ("sharegpt", "alpaca"),
+                                                        "system": ("paged",), "systems": ("paged",)})
+
+
+def test_imports_after_record_are_not_parameters():
+    ns = _recorded(block_size=16)
+    ns["math"] = math  # a module imported in the checking cell
+    ns["isclose"] = math.isclose
+    check_parameters(ns, positive=["block_size"])

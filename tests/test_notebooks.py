@@ -72,3 +72,11 @@ def test_mistyped_parameter_is_refused_before_any_work(tmp_path):
         _execute(nb, tmp_path, kv_cache_gib="twelve")
     assert "parameter 'kv_cache_gib' must be a float" in str(err.value)
     assert not (tmp_path / "figures").exists() or not any((tmp_path / "figures").iterdir())
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_bad_value_is_refused_in_the_first_cells(nb, tmp_path):
+    with pytest.raises(pm.PapermillExecutionError) as err:
+        _execute(nb, tmp_path, block_size=0)
+    assert "parameter 'block_size' must be > 0, got 0" in str(err.value)
+    assert err.value.exec_count <= 3  # the parameters, injected and checking cells; no heavy work ran
