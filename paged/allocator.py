@@ -35,6 +35,7 @@ class BlockAllocator:
 
     Raises:
         ValueError: if ``num_blocks`` or ``block_size`` is not a positive integer.
+        MemoryError: if the host cannot hold the per-block bookkeeping (~16 bytes a block).
 
     Blocks are handed out lowest id first on a fresh allocator; afterwards the most recently
     freed block is reused first (a stack), which keeps the working set small.
@@ -48,9 +49,13 @@ class BlockAllocator:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self._num_blocks = num_blocks
         self._block_size = block_size
-        # Stack of free block ids; popping from the end hands out block 0 first.
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
-        self._ref_counts: list[int] = [0] * num_blocks
+        try:
+            # Stack of free block ids; popping from the end hands out block 0 first.
+            self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+            self._ref_counts: list[int] = [0] * num_blocks
+        except MemoryError:  # the bookkeeping is ~16 bytes per block
+            raise MemoryError(f"not enough host memory for the bookkeeping of {num_blocks:,} blocks "
+                              f"(about {16 * num_blocks / 2**30:.1f} GiB)") from None
 
     # -- properties -------------------------------------------------------------------
     @property

@@ -10,9 +10,21 @@ to write into a shared last block first takes a private copy (copy-on-write) and
 
 from __future__ import annotations
 
+import operator
+
 from paged.allocator import BlockAllocator, OutOfBlocksError
 
 __all__ = ["BlockTable"]
+
+
+def _as_count(value) -> int:
+    """``value`` as a token count: any integer (numpy ones too), not a bool, float or string."""
+    if isinstance(value, bool):
+        raise TypeError(f"a token count must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"a token count must be an integer, got {value!r}") from None
 
 
 class BlockTable:
@@ -27,6 +39,8 @@ class BlockTable:
     __slots__ = ("_allocator", "_blocks", "_num_tokens")
 
     def __init__(self, allocator: BlockAllocator) -> None:
+        if not isinstance(allocator, BlockAllocator):
+            raise TypeError(f"BlockTable needs a BlockAllocator, got {type(allocator).__name__}")
         self._allocator = allocator
         self._blocks: list[int] = []
         self._num_tokens = 0
@@ -39,8 +53,13 @@ class BlockTable:
         :meth:`free` drops those references.
 
         Raises:
-            ValueError: if ``num_tokens`` does not need exactly ``len(blocks)`` blocks.
+            ValueError: if ``num_tokens`` does not need exactly ``len(blocks)`` blocks, or a block
+                id is out of range or free (the caller must hold a reference to each).
         """
+        num_tokens = _as_count(num_tokens)
+        for block_id in blocks:
+            if allocator.ref_count(block_id) == 0:
+                raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
         if -(-num_tokens // allocator.block_size) != len(blocks):
             raise ValueError(
                 f"{num_tokens} tokens need {-(-num_tokens // allocator.block_size)} blocks "
@@ -119,8 +138,11 @@ class BlockTable:
 
         Raises:
             ValueError: if ``num_tokens`` is negative.
+            TypeError: if ``num_tokens`` is not an integer (a float would corrupt the table).
             OutOfBlocksError: if there are fewer free blocks than the append needs.
         """
+        if type(num_tokens) is not int:
+            num_tokens = _as_count(num_tokens)
         allocator = self._allocator
         blocks = self._blocks
         if num_tokens > 0 and self._num_tokens + num_tokens <= len(blocks) * allocator._block_size and (

@@ -20,6 +20,7 @@ requests of every decoding mode batched together (continuous batching, §4.5).
 
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +98,11 @@ def _load(model, tokenizer, dtype):
     return model.eval(), tokenizer
 
 
+
+def _all_index(values) -> bool:
+    """True if every value is an integer (numpy ones too) and none is a bool or a float."""
+    return all(not isinstance(v, bool) and hasattr(type(v), "__index__") for v in values)
+
 class LLM:
     """A causal LM served on a paged (or contiguous) KV cache.
 
@@ -131,8 +137,11 @@ class LLM:
             raise ValueError(f"unknown kv_manager {kv_manager!r}; choose one of {KV_MANAGERS}")
         if preemption not in PREEMPTION_MODES:
             raise ValueError(f"unknown preemption {preemption!r}; choose one of {PREEMPTION_MODES}")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+        for name, value in (("block_size", block_size), ("max_num_seqs", max_num_seqs),
+                            ("max_num_batched_tokens", max_num_batched_tokens), ("max_model_len", max_model_len),
+                            ("num_gpu_blocks", num_gpu_blocks)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.model, self.tokenizer = _load(model, tokenizer, dtype)
         if device is not None:
             self.model.to(device)
@@ -177,7 +186,10 @@ class LLM:
             if self.tokenizer is None:
                 raise ValueError("string prompts need a tokenizer; pass token-id lists or tokenizer=...")
             return prompt, list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        ids = [int(t) for t in prompt]
+        ids = list(prompt)
+        if not _all_index(ids):
+            raise TypeError(f"token ids must be integers, got {ids[:8]!r}{' ...' if len(ids) > 8 else ''}")
+        ids = [operator.index(t) for t in ids]
         vocab = self.model.config.vocab_size
         bad = [t for t in ids if not 0 <= t < vocab]
         if bad:
@@ -222,6 +234,7 @@ class LLM:
 
         Raises:
             ValueError: empty prompt, ``max_tokens`` < 1, a request longer than ``max_model_len``.
+            TypeError: a token-id prompt with non-integer ids (e.g. floats).
             paged.kv_manager.RequestTooLargeError: a request larger than the whole KV cache.
         """
         scheduler, groups, texts = self.add_requests(prompts, sampling_params)

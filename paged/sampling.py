@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -64,6 +65,12 @@ class SamplingParams:
                 raise TypeError(f"SamplingParams.{name} must be an int, got {value!r}")
             if value < 1:
                 raise ValueError(f"SamplingParams.{name} must be ≥ 1, got {value}")
+        for name in ("temperature", "top_p", "length_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise TypeError(f"SamplingParams.{name} must be a finite number, got {value!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise TypeError(f"SamplingParams.ignore_eos must be True or False, got {self.ignore_eos!r}")
         if not 0 <= self.temperature < math.inf:
             raise ValueError(f"SamplingParams.temperature must be finite and ≥ 0, got {self.temperature}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
@@ -75,7 +82,13 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.n={self.n} must be ≤ beam_width={self.beam_width} for beam search")
         if self.early_stopping not in (True, False, "never"):
             raise ValueError(f"SamplingParams.early_stopping must be True, False or 'never', got {self.early_stopping!r}")
-        self.stop_token_ids = tuple(int(t) for t in self.stop_token_ids)
+        try:
+            ids = tuple(operator.index(t) for t in self.stop_token_ids if not isinstance(t, bool))
+        except TypeError:
+            ids = ()
+        if len(ids) != len(tuple(self.stop_token_ids)) or any(t < 0 for t in ids):
+            raise ValueError(f"SamplingParams.stop_token_ids must be token ids (ints ≥ 0), got {self.stop_token_ids!r}")
+        self.stop_token_ids = ids
 
     @property
     def use_beam_search(self) -> bool:

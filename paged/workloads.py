@@ -149,6 +149,9 @@ def get_trace(trace: str | Path, num_requests: int | None = None, *, seed: int =
         base = _cached_trace(str(path), path.stat().st_mtime_ns)
     else:
         path = Path(trace)
+        if path.is_dir() or not str(trace):
+            raise ValueError(f"trace {str(trace)!r} is a directory or empty: give a trace name "
+                             f"({', '.join(sorted(NAMED_TRACES))}) or a CSV / ShareGPT JSON file")
         if not path.exists():
             raise FileNotFoundError(
                 f"trace {str(trace)!r} is neither a file nor one of {sorted(NAMED_TRACES)}"

@@ -141,3 +141,23 @@ def test_from_blocks_checks_count():
     alloc = BlockAllocator(4, 4)
     with pytest.raises(ValueError):
         BlockTable.from_blocks(alloc, [alloc.allocate()], 5)
+
+
+@pytest.mark.parametrize("bad", [1.5, True, "3", None])
+def test_non_integer_token_counts_change_nothing(bad):
+    alloc = BlockAllocator(8, 4)
+    table = BlockTable(alloc)
+    table.append_tokens(5)
+    with pytest.raises(TypeError, match="token count must be an integer"):
+        table.append_tokens(bad)
+    assert table.num_tokens == 5 and alloc.num_free_blocks == 6
+
+
+def test_table_needs_an_allocator_and_owned_blocks():
+    with pytest.raises(TypeError, match="BlockAllocator"):
+        BlockTable(None)
+    alloc = BlockAllocator(8, 4)
+    with pytest.raises(ValueError, match="physical block 7 is free"):
+        BlockTable.from_blocks(alloc, [7], 3)
+    with pytest.raises(ValueError, match="out of range"):
+        BlockTable.from_blocks(alloc, [99], 3)

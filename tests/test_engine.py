@@ -155,4 +155,9 @@ def test_bad_input(model):
         llm.generate([[5] * 10, [5] * 40], [GREEDY, SamplingParams(beam_width=4, max_tokens=20)])
     with pytest.raises(ValueError, match="max_position_embeddings=256"):
         LLM(model, max_model_len=512)
+    for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks"):
+        with pytest.raises(ValueError, match=f"{name} must be a positive int"):
+            LLM(model, **{name: 0})
+    with pytest.raises(TypeError, match="token ids must be integers"):
+        llm.generate([[1.7, 2.2]], GREEDY)
     assert llm.kv_manager.get_num_free_gpu_blocks() == 4  # nothing was queued or allocated

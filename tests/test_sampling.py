@@ -44,7 +44,11 @@ def test_seeded_generator_reproducible():
                                            ({"max_tokens": 1.5}, "max_tokens"),
                                            ({"temperature": float("inf")}, "temperature"),
                                            ({"seed": -1}, "seed"), ({"seed": 2**70}, "seed"),
-                                           ({"seed": 1.5}, "seed")])
+                                           ({"seed": 1.5}, "seed"), ({"temperature": "0.5"}, "temperature"),
+                                           ({"length_penalty": float("nan")}, "length_penalty"),
+                                           ({"stop_token_ids": [-5]}, "stop_token_ids"),
+                                           ({"stop_token_ids": [1.5]}, "stop_token_ids"),
+                                           ({"ignore_eos": "no"}, "ignore_eos")])
 def test_params_validation(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         SamplingParams(**kwargs)
