@@ -11,7 +11,7 @@ Invariants checked after every step:
 from collections import Counter
 
 from hypothesis import settings, strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from paged import BlockAllocator, BlockTable, OutOfBlocksError
 
