@@ -9,6 +9,7 @@ under ``data/``). Import everything from :mod:`paged.workloads`.
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -248,14 +249,15 @@ def load_trace(path: str | Path, *, name: str | None = None) -> Trace:
     prompts: list[int] = []
     outputs: list[int] = []
     arrivals: list[float] = []
+    numbered = []  # (1-based line number, line) of the CSV part: no blank or comment lines
     for lineno, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
-        if not stripped:
-            continue
         if stripped.startswith("#"):
             comments.append(stripped[1:].strip())
-            continue
-        fields = [f.strip() for f in stripped.split(",")]
+        elif stripped:
+            numbered.append((lineno, stripped))
+    for lineno, stripped in numbered:
+        fields = [f.strip() for f in next(csv.reader([stripped]))]  # one record per line, quotes allowed
         if header is None:
             header = fields
             missing = [c for c in ("prompt_len", "output_len") if c not in header]
