@@ -64,6 +64,11 @@ class Request:
         object.__setattr__(self, "arrival_time", float(t))
 
 
+#: Lowest request rate accepted (requests/s). Below it, arrival times (~ num_requests / rate
+#: seconds, > 1e9 s) are so large that float64 loses the sub-second latencies measured from them.
+MIN_RATE = 1e-6
+
+
 def poisson_arrivals(num_requests: int, rate: float, seed: int | None) -> np.ndarray:
     """Arrival times of a Poisson process (§6.1: "request arrival times ... Poisson distribution").
 
@@ -80,7 +85,7 @@ def poisson_arrivals(num_requests: int, rate: float, seed: int | None) -> np.nda
         float64 array of shape ``[num_requests]``, non-decreasing, in seconds.
 
     Raises:
-        ValueError: ``rate`` <= 0 or NaN, or ``num_requests`` < 0.
+        ValueError: ``rate`` <= 0, below :data:`MIN_RATE`, or NaN, or ``num_requests`` < 0.
         TypeError: ``rate`` not a real number, ``num_requests`` not an integer.
     """
     if isinstance(num_requests, bool) or not isinstance(num_requests, Integral):
@@ -91,6 +96,9 @@ def poisson_arrivals(num_requests: int, rate: float, seed: int | None) -> np.nda
         raise TypeError(f"rate must be a number of requests per second, got {rate!r}")
     if math.isnan(rate) or rate <= 0:
         raise ValueError(f"rate must be > 0 requests/s (or inf), got {rate}")
+    if rate < MIN_RATE:
+        raise ValueError(f"rate {rate} requests/s is below {MIN_RATE}: arrival times near num_requests / rate "
+                         f"seconds would swamp the float64 precision of latencies (seconds)")
     if math.isinf(rate):
         return np.zeros(int(num_requests), dtype=np.float64)
     rng = np.random.default_rng(seed)

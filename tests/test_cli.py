@@ -36,6 +36,7 @@ def test_simulate_json_has_the_documented_keys():
     (("simulate", "--rate", "-1"), "rate"),
     (("simulate", "--num-requests", "999999"), "999999"),
     (("simulate", "--seed", "-1"), "--seed"),
+    (("simulate", "--rate", "1e-16"), "below 1e-06"),
     (("fragmentation", "--kv-cache-gib", "0"), "--kv-cache-gib"),
     (("fragmentation", "--num-requests", "2"), "no iteration had a waiting request"),
     (("fragmentation", "--max-seq-len", "10"), "max_seq_len=10"),
