@@ -10,21 +10,10 @@ to write into a shared last block first takes a private copy (copy-on-write) and
 
 from __future__ import annotations
 
-import operator
-
 from paged.allocator import BlockAllocator, OutOfBlocksError
+from paged.checks import as_int
 
 __all__ = ["BlockTable"]
-
-
-def _as_count(value) -> int:
-    """``value`` as a token count: any integer (numpy ones too), not a bool, float or string."""
-    if isinstance(value, bool):
-        raise TypeError(f"a token count must be an integer, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"a token count must be an integer, got {value!r}") from None
 
 
 class BlockTable:
@@ -56,7 +45,7 @@ class BlockTable:
             ValueError: if ``num_tokens`` does not need exactly ``len(blocks)`` blocks, or a block
                 id is out of range or free (the caller must hold a reference to each).
         """
-        num_tokens = _as_count(num_tokens)
+        num_tokens = as_int(num_tokens, "a token count")
         for block_id in blocks:
             if allocator.ref_count(block_id) == 0:
                 raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
@@ -142,7 +131,7 @@ class BlockTable:
             OutOfBlocksError: if there are fewer free blocks than the append needs.
         """
         if type(num_tokens) is not int:
-            num_tokens = _as_count(num_tokens)
+            num_tokens = as_int(num_tokens, "a token count")
         allocator = self._allocator
         blocks = self._blocks
         if num_tokens > 0 and self._num_tokens + num_tokens <= len(blocks) * allocator._block_size and (

@@ -20,7 +20,6 @@ requests of every decoding mode batched together (continuous batching, §4.5).
 
 from __future__ import annotations
 
-import operator
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from paged.block_manager import PagedKVCacheManager
+from paged.checks import as_token_ids
 from paged.contiguous import ContiguousKVCacheManager
 from paged.kv_cache import PagedKVCache
 from paged.model_runner import ModelRunner, model_kv_shape
@@ -97,11 +97,6 @@ def _load(model, tokenizer, dtype):
         raise TypeError(f"model must be a path or a transformers causal LM, got {type(model).__name__}")
     return model.eval(), tokenizer
 
-
-
-def _all_index(values) -> bool:
-    """True if every value is an integer (numpy ones too) and none is a bool or a float."""
-    return all(not isinstance(v, bool) and hasattr(type(v), "__index__") for v in values)
 
 class LLM:
     """A causal LM served on a paged (or contiguous) KV cache.
@@ -186,10 +181,7 @@ class LLM:
             if self.tokenizer is None:
                 raise ValueError("string prompts need a tokenizer; pass token-id lists or tokenizer=...")
             return prompt, list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        ids = list(prompt)
-        if not _all_index(ids):
-            raise TypeError(f"token ids must be integers, got {ids[:8]!r}{' ...' if len(ids) > 8 else ''}")
-        ids = [operator.index(t) for t in ids]
+        ids = as_token_ids(prompt, "token ids")
         vocab = self.model.config.vocab_size
         bad = [t for t in ids if not 0 <= t < vocab]
         if bad:

@@ -17,10 +17,11 @@
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass, field
 
 import torch
+
+from paged.checks import as_token_ids
 
 __all__ = ["SamplingParams", "sample", "make_generator", "BeamSearchState", "BeamStepResult", "beam_search_step"]
 
@@ -71,8 +72,8 @@ class SamplingParams:
                 raise TypeError(f"SamplingParams.{name} must be a finite number, got {value!r}")
         if not isinstance(self.ignore_eos, bool):
             raise TypeError(f"SamplingParams.ignore_eos must be True or False, got {self.ignore_eos!r}")
-        if not 0 <= self.temperature < math.inf:
-            raise ValueError(f"SamplingParams.temperature must be finite and ≥ 0, got {self.temperature}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be ≥ 0, got {self.temperature}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
                                       or not 0 <= self.seed < 2**63):
             raise ValueError(f"SamplingParams.seed must be None or an int in [0, 2**63), got {self.seed!r}")
@@ -82,12 +83,9 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.n={self.n} must be ≤ beam_width={self.beam_width} for beam search")
         if self.early_stopping not in (True, False, "never"):
             raise ValueError(f"SamplingParams.early_stopping must be True, False or 'never', got {self.early_stopping!r}")
-        try:
-            ids = tuple(operator.index(t) for t in self.stop_token_ids if not isinstance(t, bool))
-        except TypeError:
-            ids = ()
-        if len(ids) != len(tuple(self.stop_token_ids)) or any(t < 0 for t in ids):
-            raise ValueError(f"SamplingParams.stop_token_ids must be token ids (ints ≥ 0), got {self.stop_token_ids!r}")
+        ids = tuple(as_token_ids(self.stop_token_ids, "SamplingParams.stop_token_ids"))
+        if any(t < 0 for t in ids):
+            raise ValueError(f"SamplingParams.stop_token_ids must be token ids ≥ 0, got {self.stop_token_ids!r}")
         self.stop_token_ids = ids
 
     @property

@@ -13,7 +13,7 @@ def test_decode_step_cost_rows_and_ratios():
     df = decode_step_cost(batch_sizes=(1, 3), context_len=8, decode_steps=2)
     assert df["batch_size"].tolist() == [1, 3]
     assert (df["step_seconds"] > 0).all()
-    assert df["step_cost_vs_batch1"].iloc[0] == 1.0
+    assert df["step_cost_vs_smallest"].iloc[0] == 1.0
     assert df["tokens_per_s"].iloc[1] == pytest.approx(3 / df["step_seconds"].iloc[1])
 
 

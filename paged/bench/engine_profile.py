@@ -50,7 +50,7 @@ def decode_step_cost(model_path=DEFAULT_MODEL, *, batch_sizes=(1, 8, 16, 32, 64,
 
     Returns:
         columns batch_size, step_seconds (median over decode steps), tokens_per_s (B / step time),
-        step_cost_vs_batch1 and tokens_per_s_vs_batch1 (ratios to the smallest batch).
+        step_cost_vs_smallest and tokens_per_s_vs_smallest (ratios to the smallest batch measured).
 
     Raises:
         ValueError: an empty or non-positive batch size, or ``context_len`` / ``decode_steps`` < 1.
@@ -74,8 +74,9 @@ def decode_step_cost(model_path=DEFAULT_MODEL, *, batch_sizes=(1, 8, 16, 32, 64,
             rows.append({"batch_size": b, "step_seconds": float(np.median(times))})
     df = pd.DataFrame(rows)
     df["tokens_per_s"] = df["batch_size"] / df["step_seconds"]
-    df["step_cost_vs_batch1"] = df["step_seconds"] / df["step_seconds"].iloc[0]
-    df["tokens_per_s_vs_batch1"] = df["tokens_per_s"] / df["tokens_per_s"].iloc[0]
+    smallest = df.loc[df["batch_size"].idxmin()]
+    df["step_cost_vs_smallest"] = df["step_seconds"] / smallest["step_seconds"]
+    df["tokens_per_s_vs_smallest"] = df["tokens_per_s"] / smallest["tokens_per_s"]
     return df
 
 

@@ -1,0 +1,38 @@
+"""Argument checks shared by the library: integers that may come from Python, numpy or torch.
+
+A float, string or bool where an integer count or token id belongs would otherwise be accepted
+by some paths (``int(1.7)`` truncates; ``True`` indexes as 1) and corrupt state later.
+"""
+
+from __future__ import annotations
+
+import operator
+
+__all__ = ["as_int", "as_token_ids"]
+
+
+def as_int(value, what: str) -> int:
+    """``value`` as a Python int: any integer type with ``__index__`` (numpy too), not a bool.
+
+    Raises:
+        TypeError: naming ``what`` and the value, for a bool, float, string or None.
+    """
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{what} must be an integer, got {value!r}")
+
+
+def as_token_ids(values, what: str) -> list[int]:
+    """Every item of ``values`` as a Python int (see :func:`as_int`); the list ``[int]``.
+
+    Raises:
+        TypeError: naming ``what`` and the first few values, if any item is not an integer.
+    """
+    values = list(values)
+    try:
+        return [as_int(v, what) for v in values]
+    except TypeError:
+        raise TypeError(f"{what} must be integers, got {values[:8]!r}{' ...' if len(values) > 8 else ''}") from None
