@@ -34,6 +34,7 @@ def gather_kv(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     max_context_len: int | None = None,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Follow the block tables: paged cache → padded contiguous K and V (§4.1).
 
@@ -48,10 +49,13 @@ def gather_kv(
         context_lens: ``[num_seqs]`` integer (tokens).
         max_context_len: length of the padded output (tokens); default
             ``max_blocks_per_seq * block_size``. Must cover every context length.
+        out: optional preallocated ``(key, value)`` workspace, each
+            ``[num_seqs, ceil(max_context_len / block_size) * block_size, num_kv_heads, head_size]``
+            contiguous in the cache dtype (saves allocating ~2 × the K/V bytes on every call).
 
     Returns:
         ``(key, value)``, each ``[num_seqs, max_context_len, num_kv_heads, head_size]`` in the
-        cache dtype, zero past each context length.
+        cache dtype (views of ``out`` when given), zero past each context length.
     """
     num_blocks, block_size, num_kv_heads, head_size = key_cache.shape
     num_seqs, max_blocks = block_tables.shape
@@ -63,11 +67,12 @@ def gather_kv(
     table = block_tables[:, :used_blocks].to(torch.int64)
     # Padding entries may be out of range: point them at block 0; what they fetch is zeroed below.
     table = torch.where(_length_mask((lens + block_size - 1) // block_size, used_blocks), table, 0)
-    shape = (num_seqs, padded_len, num_kv_heads, head_size)
-    out = (key_cache.new_empty(shape), value_cache.new_empty(shape))
+    if out is None:
+        shape = (num_seqs, padded_len, num_kv_heads, head_size)
+        out = (key_cache.new_empty(shape), value_cache.new_empty(shape))
     for cache, buf in zip((key_cache, value_cache), out):
         # Each row is one whole block (block_size × num_kv_heads × head_size elements).
-        # aten's index with out= gathers into the buffer without a temporary (index_select
+        # aten's index with out= gathers into the workspace without a temporary (index_select
         # with out= is much slower on CPU in torch 2.13).
         torch.ops.aten.index.Tensor_out(cache.reshape(num_blocks, -1), [table.reshape(-1)],
                                         out=buf.view(num_seqs * used_blocks, -1))
@@ -152,14 +157,16 @@ def paged_attention_torch(
     context_lens: torch.Tensor,
     scale: float,
     max_context_len: int | None = None,
+    workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Paged attention in torch: :func:`gather_kv` then :func:`contiguous_attention`.
 
     Differs from the contiguous baseline only by the block-table gather, so the ratio of the two
     is the cost of paging in a torch implementation. Shapes as in :func:`paged_attention_reference`;
-    ``max_context_len`` (tokens) trims the gather (default: the table's capacity). No length mask is built when every sequence fills
+    ``max_context_len`` (tokens) trims the gather (default: the table's capacity); ``workspace``
+    is :func:`gather_kv`'s ``out``. No length mask is built when every sequence fills
     ``max_context_len`` (one scalar copied to the host decides).
     """
-    key, value = gather_kv(key_cache, value_cache, block_tables, context_lens, max_context_len)
+    key, value = gather_kv(key_cache, value_cache, block_tables, context_lens, max_context_len, workspace)
     full = int(context_lens.min()) == key.shape[1] if context_lens.numel() else True
     return contiguous_attention(query, key, value, None if full else context_lens, scale)
