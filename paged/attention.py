@@ -123,7 +123,7 @@ def paged_attention(
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
     if backend == "auto":
-        backend = "triton" if query.is_cuda else "reference"
+        backend = "triton" if getattr(query, "is_cuda", False) else "reference"  # a non-tensor fails the checks
     _check_inputs(query, key_cache, value_cache, block_tables, context_lens, backend)
     head_size = query.shape[2]
     if scale is None:

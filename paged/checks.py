@@ -31,7 +31,10 @@ def as_token_ids(values, what: str) -> list[int]:
     Raises:
         TypeError: naming ``what`` and the first few values, if any item is not an integer.
     """
-    values = list(values)
+    try:
+        values = list(values)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of integers, got {values!r}") from None
     try:
         return [as_int(v, what) for v in values]
     except TypeError:

@@ -142,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
 def run_command(parser: argparse.ArgumentParser, body, argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run ``body(args)``; bad input ends in one ``error:`` line and exit status 2.
 
-    Used by ``python -m paged`` and the ``python -m paged.bench.*`` benchmarks. Errors that name a
-    problem in the input (ValueError, FileNotFoundError, MemoryError from a too-small cache) are
+    Used by ``python -m paged``, ``python -m paged.workloads`` and the ``python -m paged.bench.*``
+    benchmarks. Errors that name a problem in the input (ValueError; OSError such as a missing or
+    unreadable file; MemoryError from a too-small cache) are
     printed without a traceback; warnings (e.g. a ShareGPT file cut off mid-record) as one
     ``warning:`` line each.
 
@@ -154,5 +155,5 @@ def run_command(parser: argparse.ArgumentParser, body, argv: list[str] | None = 
     args = parser.parse_args(argv)
     try:
         return body(args) or 0
-    except (ValueError, FileNotFoundError, MemoryError) as err:
+    except (ValueError, OSError, MemoryError) as err:
         parser.exit(2, f"error: {err}\n")

@@ -88,11 +88,19 @@ def _load(model, tokenizer, dtype):
         path = Path(model)
         if not path.exists():
             raise FileNotFoundError(f"model directory {str(path)!r} does not exist (no hub downloads: give a local path)")
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{str(path)!r} is not a transformers model directory (no config.json in it)")
+        from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
         if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(path)
+            tokenizer = path
+    if isinstance(tokenizer, (str, Path)):
+        from transformers import AutoTokenizer
+
+        if not Path(tokenizer).is_dir():
+            raise FileNotFoundError(f"tokenizer directory {str(tokenizer)!r} does not exist (give a local path)")
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
     if not hasattr(model, "config") or not callable(model):
         raise TypeError(f"model must be a path or a transformers causal LM, got {type(model).__name__}")
     return model.eval(), tokenizer

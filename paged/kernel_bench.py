@@ -182,7 +182,8 @@ def sweep(context_lens, batch_sizes, *, num_heads: int = 40, num_kv_heads: int =
         progress: print each row as it is measured.
 
     Raises:
-        ValueError: on an empty grid, a non-positive size, or ``num_heads`` not a multiple of
+        ValueError: on an empty grid, a grid whose every point exceeds ``max_kv_bytes``, a
+            non-positive size, or ``num_heads`` not a multiple of
             ``num_kv_heads`` (GQA / MQA groups query heads over KV heads).
     """
     if not context_lens or not batch_sizes:
@@ -212,6 +213,9 @@ def sweep(context_lens, batch_sizes, *, num_heads: int = 40, num_kv_heads: int =
             if progress:
                 print(f"batch {batch:>3}  context {context_len:>6}  paged {row['paged_us']:>10.1f} µs  "
                       f"contiguous {row['contiguous_us']:>10.1f} µs  ratio {row['ratio']:.2f}", flush=True)
+    if not rows:
+        raise ValueError(f"every point's K/V exceeds max_kv_bytes={max_kv_bytes}: nothing to measure "
+                         f"(smaller context lengths or batch sizes)")
     frame = pd.DataFrame(rows)
     frame.attrs["skipped"] = skipped
     return frame

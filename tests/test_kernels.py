@@ -180,6 +180,7 @@ def _good():
     (lambda a: a[3].__setitem__((0, 0), 10**6), ValueError, "block table entries"),
     (lambda a: a[3].__setitem__((1, 1), -1), ValueError, "block table entries"),
     (lambda a: a.__setitem__(1, a[1][:, :12]), ValueError, "value_cache shape"),
+    (lambda a: a.__setitem__(0, a[0].numpy()), TypeError, "query must be a torch.Tensor"),
 ])
 def test_bad_inputs(change, error, match):
     args = _good()

@@ -48,7 +48,8 @@ def test_seeded_generator_reproducible():
                                            ({"length_penalty": float("nan")}, "length_penalty"),
                                            ({"stop_token_ids": [-5]}, "stop_token_ids"),
                                            ({"stop_token_ids": [1.5]}, "stop_token_ids"),
-                                           ({"ignore_eos": "no"}, "ignore_eos")])
+                                           ({"ignore_eos": "no"}, "ignore_eos"),
+                                           ({"stop_token_ids": 5}, "stop_token_ids")])
 def test_params_validation(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         SamplingParams(**kwargs)

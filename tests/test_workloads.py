@@ -294,3 +294,18 @@ def test_committed_traces_load():
     chat = load_trace(SHAREGPT_CHAT_LENGTHS_CSV)
     assert len(chat) > 1000 and max(r.prompt_len for r in chat) <= 1024
     assert max(r.output_len for r in chat) <= 1024
+
+
+def test_csv_with_byte_order_mark_and_quotes(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b'\xef\xbb\xbf"prompt_len","output_len"\n10,20\n"11",21\n')
+    trace = load_trace(path)
+    assert [r.prompt_len for r in trace] == [10, 11]
+
+
+def test_csv_error_clips_a_long_line(tmp_path):
+    path = tmp_path / "wrong.csv"
+    path.write_text("x" * 20_000 + "\n")
+    with pytest.raises(TraceFormatError) as err:
+        load_trace(path)
+    assert "20000 characters" in str(err.value) and len(str(err.value)) < 400

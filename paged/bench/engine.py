@@ -89,8 +89,10 @@ def throughput_comparison(model_path=DEFAULT_MODEL, *, num_requests: int = 128, 
     mean_batch_size, peak_kv_bytes, num_preemptions, and ``*_ratio`` columns (each system / paged).
 
     Raises:
-        ValueError: unknown system name, or ``num_threads`` < 1.
+        ValueError: unknown system name, ``kv_cache_tokens`` < ``block_size``, or ``num_threads`` < 1.
     """
+    if kv_cache_tokens < block_size:
+        raise ValueError(f"kv_cache_tokens={kv_cache_tokens} is less than one block of block_size={block_size} tokens")
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
         raise ValueError(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
