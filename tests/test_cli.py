@@ -69,7 +69,7 @@ def test_json_stays_valid_with_an_infinite_rate(tmp_path):
     ("paged.bench.engine", ("--model", "README.md"), "not a transformers model directory"),
     ("paged.bench.engine", ("--kv-cache-tokens", "1"), "kv_cache_tokens=1 is less than one block"),
     ("paged.bench.kernel", ("--context-lens", "1000000000", "--batch-sizes", "1000"), "nothing to measure"),
-    ("paged.workloads", ("--out-dir", "build/never", "--path", "README.md"), "not a JSON list"),
+    ("paged", ("traces", "--out-dir", "build/never", "--path", "README.md"), "not a JSON list"),
 ])
 def test_benchmarks_refuse_bad_arguments_in_one_line(module, args, message):
     out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import timeit
 
-from paged import BlockAllocator, BlockTable
+from paged.block import BlockAllocator, BlockTable
 from paged.bench import bench_parser
 from paged.cli import positive_int, run_command
 

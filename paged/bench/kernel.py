@@ -13,7 +13,7 @@ import argparse
 
 from paged.bench import bench_parser
 from paged.cli import positive_int, run_command
-from paged.kernel_bench import PAPER_RATIO, sweep
+from paged.experiments.kernel import PAPER_RATIO, sweep
 
 
 def _ints(text: str) -> list[int]:
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _report(args) -> None:
-    from paged.kernel_bench import resolve_device
+    from paged.experiments.kernel import resolve_device
 
     gpu = resolve_device(args.device).type == "cuda"
     context_lens = args.context_lens or ([64, 128, 256, 1024, 4096, 16384] if gpu else [64, 128, 256, 1024])

@@ -14,8 +14,9 @@ import time
 from paged.bench import bench_parser
 from paged.cli import positive_float, positive_int, run_command
 from paged.workloads import get_trace
-from paged.serving import SYSTEMS, _cost_model, run_system
-from paged.simulator import simulate
+from paged.experiments.serving import SYSTEMS, cost_model_for, run_system
+from paged.sim.simulator import simulate
+from paged.systems import make_kv_manager
 
 
 def measure(num_requests: int = 1000, rate: float = 2.0, seed: int = 0) -> dict[str, float]:
@@ -29,7 +30,7 @@ def measure(num_requests: int = 1000, rate: float = 2.0, seed: int = 0) -> dict[
     steps = wall = 0.0
     out: dict[str, float] = {}
     for system in SYSTEMS:
-        cost = _cost_model("opt-13b", system, 16)
+        cost = cost_model_for("opt-13b", system, 16)
         start = time.perf_counter()
         result = run_system(trace, system, cost)
         seconds = time.perf_counter() - start
@@ -38,9 +39,7 @@ def measure(num_requests: int = 1000, rate: float = 2.0, seed: int = 0) -> dict[
         if system == "paged":
             out["paged_point_s"] = seconds
             out["paged_token_steps_per_s"] = result.batched_requests_sum / seconds
-            from paged.block_manager import PagedKVCacheManager
-
-            manager = PagedKVCacheManager(cost.num_kv_slots // 16, 16)
+            manager = make_kv_manager("paged", cost.num_kv_slots)
             start = time.perf_counter()
             simulate(trace, manager, cost, record_memory=False, fast_forward=False)
             out["stepwise_paged_point_s"] = time.perf_counter() - start
@@ -58,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _report(args) -> None:
     get_trace("sharegpt", 10, seed=0, rate=1.0)  # load the trace and the model presets outside the timings
-    _cost_model("opt-13b", "paged", 16)
+    cost_model_for("opt-13b", "paged", 16)
     r = measure(args.num_requests, args.rate)
     print(f"token-steps/s, all five systems   : {r['token_steps_per_s']:>12,.0f} "
           f"(target ≥ 1,000,000: {'met' if r['token_steps_per_s'] >= 1e6 else 'NOT met'})")

@@ -1,16 +1,21 @@
 """Attention kernels over the paged KV cache (paper §4.1, §5.1).
 
-* :mod:`paged.kernels.reference`: torch references (importing needs only torch): the fp32
-  oracle, the block-table gather, and the contiguous-cache baseline of Fig. 18a.
-* :mod:`paged.kernels.paged_attention`: the Triton decode kernel (imports ``triton``; set
-  ``TRITON_INTERPRET=1`` before importing it to run on CPU tensors). It is not imported here, so
-  ``import paged.kernels`` works without triton.
+* :mod:`~paged.kernels.attention`: :func:`paged_attention`, the dispatcher: checks its inputs, then
+  runs the Triton kernel on CUDA tensors or the torch reference elsewhere;
+* :mod:`~paged.kernels.triton_paged_attention`: the Triton decode kernel and its launcher (imports
+  ``triton``; set ``TRITON_INTERPRET=1`` before importing it to run on CPU tensors). It is not
+  imported here, so ``import paged.kernels`` works without triton;
+* :mod:`~paged.kernels.reference`: torch references: the fp32 oracle, the block-table gather, and
+  the contiguous-cache baseline of Fig. 18a;
+* :mod:`~paged.kernels.packed`: the engine's padding-free CPU decode path.
 
-Call :func:`paged.attention.paged_attention` rather than these directly: it checks inputs.
+The kernels know nothing of blocks allocators or schedulers: they read a cache through block
+tables, so they import only torch (and triton).
 """
 
 from __future__ import annotations
 
+from paged.kernels.attention import SUPPORTED_BLOCK_SIZES, SUPPORTED_DTYPES, SUPPORTED_HEAD_SIZES, paged_attention
 from paged.kernels.reference import (
     contiguous_attention,
     gather_kv,
@@ -18,4 +23,5 @@ from paged.kernels.reference import (
     paged_attention_torch,
 )
 
-__all__ = ["contiguous_attention", "gather_kv", "paged_attention_reference", "paged_attention_torch"]
+__all__ = ["SUPPORTED_BLOCK_SIZES", "SUPPORTED_DTYPES", "SUPPORTED_HEAD_SIZES", "contiguous_attention", "gather_kv",
+           "paged_attention", "paged_attention_reference", "paged_attention_torch"]

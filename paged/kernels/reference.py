@@ -11,7 +11,7 @@
   :func:`paged_attention_torch` (gather + the same SDPA) is the paged path that differs from the
   baseline only by the block-table gather; on CPU it is what the Fig. 18a notebook times.
 
-None of these check their inputs; :func:`paged.attention.paged_attention` does.
+None of these check their inputs; :func:`paged.kernels.attention.paged_attention` does.
 """
 
 from __future__ import annotations

@@ -1,0 +1,203 @@
+"""One sequence's block table: logical blocks → physical blocks (paper §4.2–§4.4).
+
+Logical block ``i`` of a sequence holds its tokens ``i*block_size .. (i+1)*block_size-1``;
+``physical_blocks[i]`` says where in the KV cache they live. Blocks are allocated on demand,
+one whenever a token crosses a block boundary, so a sequence wastes at most the unfilled tail
+of its last block (§4.3). ``fork`` shares every block with a child (§4.4); a table that is about
+to write into a shared last block first takes a private copy (copy-on-write) and returns the
+``(src, dst)`` pair so the caller can copy the KV data in one batched step (§5.1).
+"""
+
+from __future__ import annotations
+
+from paged.block.allocator import BlockAllocator, OutOfBlocksError
+from paged.block.copy_on_write import copy_on_write, needs_copy
+from paged.core.checks import as_int
+
+__all__ = ["BlockTable"]
+
+
+class BlockTable:
+    """Logical→physical block map and token count of one sequence.
+
+    Args:
+        allocator: the :class:`BlockAllocator` whose blocks this table holds.
+
+    The table starts empty (no tokens, no blocks).
+    """
+
+    __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens")
+
+    def __init__(self, allocator: BlockAllocator) -> None:
+        if not isinstance(allocator, BlockAllocator):
+            raise TypeError(f"BlockTable needs a BlockAllocator, got {type(allocator).__name__}")
+        self._allocator = allocator
+        self._block_size = allocator.block_size
+        self._blocks: list[int] = []
+        self._num_tokens = 0
+
+    @classmethod
+    def from_blocks(cls, allocator: BlockAllocator, blocks: list[int], num_tokens: int) -> BlockTable:
+        """A table over ``blocks`` that the caller already holds one reference to each of.
+
+        Used when blocks move between allocators (swap, §4.5). Takes ownership: the table's
+        :meth:`free` drops those references.
+
+        Raises:
+            ValueError: if ``num_tokens`` does not need exactly ``len(blocks)`` blocks, or a block
+                id is out of range or free (the caller must hold a reference to each).
+        """
+        num_tokens = as_int(num_tokens, "a token count")
+        for block_id in blocks:
+            if allocator.ref_count(block_id) == 0:
+                raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
+        if -(-num_tokens // allocator.block_size) != len(blocks):
+            raise ValueError(
+                f"{num_tokens} tokens need {-(-num_tokens // allocator.block_size)} blocks "
+                f"of {allocator.block_size}, got {len(blocks)}"
+            )
+        table = cls(allocator)
+        table._blocks = list(blocks)
+        table._num_tokens = num_tokens
+        return table
+
+    # -- read-only views --------------------------------------------------------------
+    @property
+    def allocator(self) -> BlockAllocator:
+        """The allocator this table's blocks come from."""
+        return self._allocator
+
+    @property
+    def physical_blocks(self) -> list[int]:
+        """Physical block id of each logical block, in logical order (a copy)."""
+        return list(self._blocks)
+
+    @property
+    def num_tokens(self) -> int:
+        """Token slots this table has made room for (tokens)."""
+        return self._num_tokens
+
+    @property
+    def num_blocks(self) -> int:
+        """Logical blocks in the table (blocks) = ceil(num_tokens / block_size)."""
+        return len(self._blocks)
+
+    def num_new_blocks(self, num_tokens: int) -> int:
+        """Free blocks that :meth:`append_tokens` of ``num_tokens`` would take (blocks).
+
+        Counts the blocks needed past the current last one, plus one for a copy-on-write
+        of a shared, partly filled last block. O(1).
+
+        Raises:
+            ValueError: if ``num_tokens`` is negative.
+        """
+        if num_tokens < 0:
+            raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
+        if num_tokens == 0:
+            return 0
+        blocks = self._blocks
+        block_size = self._block_size
+        if self._num_tokens + num_tokens <= len(blocks) * block_size and self._allocator.is_private(blocks[-1]):
+            return 0  # fast path: fits in the private last block
+        needed = -(-(self._num_tokens + num_tokens) // block_size) - len(blocks)
+        if self.needs_copy_on_write():
+            needed += 1
+        return needed
+
+    @property
+    def last_block(self) -> int | None:
+        """Physical id of the last logical block (the only one ever written), or None if empty."""
+        return self._blocks[-1] if self._blocks else None
+
+    def needs_copy_on_write(self) -> bool:
+        """True if the next token would land in a shared, partly filled last block (§4.4). O(1)."""
+        blocks = self._blocks
+        return bool(blocks) and needs_copy(self._num_tokens, self._block_size, self._allocator.ref_count(blocks[-1]))
+
+    # -- mutation ---------------------------------------------------------------------
+    def append_tokens(self, num_tokens: int) -> list[tuple[int, int]]:
+        """Make room for ``num_tokens`` more tokens (§4.3, copy-on-write §4.4).
+
+        A new physical block is allocated only when a block boundary is crossed. If the first
+        new token lands in a last block whose reference count is above 1, a fresh block
+        replaces it in this table, the old block's count drops by one, and ``(src, dst)`` is
+        returned so the caller copies that block's KV data (``PagedKVCache.copy_blocks``).
+
+        All or nothing: if the allocator cannot supply every block needed, nothing changes.
+
+        Returns:
+            ``[]`` or ``[(src_block, dst_block)]``: the copy-on-write copy to perform.
+
+        Raises:
+            ValueError: if ``num_tokens`` is negative.
+            TypeError: if ``num_tokens`` is not an integer (a float would corrupt the table).
+            OutOfBlocksError: if there are fewer free blocks than the append needs.
+        """
+        if type(num_tokens) is not int:
+            num_tokens = as_int(num_tokens, "a token count")
+        allocator = self._allocator
+        blocks = self._blocks
+        block_size = self._block_size
+        if num_tokens > 0 and self._num_tokens + num_tokens <= len(blocks) * block_size and (
+            allocator.is_private(blocks[-1])
+        ):
+            self._num_tokens += num_tokens  # fast path: fits in the private last block
+            return []
+        needed = self.num_new_blocks(num_tokens)
+        if needed > allocator.num_free_blocks:
+            raise OutOfBlocksError(
+                f"appending {num_tokens} tokens needs {needed} free blocks, "
+                f"{allocator.num_free_blocks} are free"
+            )
+        copies: list[tuple[int, int]] = []
+        if num_tokens and self.needs_copy_on_write():
+            copies.append(copy_on_write(allocator, blocks[-1]))  # the shared block keeps its other holders
+            blocks[-1] = copies[-1][1]
+        self._num_tokens += num_tokens
+        for _ in range(-(-self._num_tokens // block_size) - len(blocks)):
+            blocks.append(allocator.allocate())
+        return copies
+
+    def fork(self) -> BlockTable:
+        """A child table sharing every block of this one (each count +1); allocates nothing.
+
+        O(number of blocks). Used for parallel sampling and beam search (§4.4).
+        """
+        child = BlockTable(self._allocator)
+        self._allocator.incref_all(self._blocks)
+        child._blocks = self._blocks.copy()
+        child._num_tokens = self._num_tokens
+        return child
+
+    def free(self) -> None:
+        """Release each of this table's blocks once, tail first, and empty the table.
+
+        Freeing the tail first mirrors vLLM: with prefix caching, the least useful blocks
+        (the end of a sequence) are evicted first. Freeing an empty table does nothing.
+        """
+        allocator = self._allocator
+        for block_id in reversed(self._blocks):
+            allocator.free(block_id)
+        self._blocks = []
+        self._num_tokens = 0
+
+    # -- addressing -------------------------------------------------------------------
+    def slot_mapping(self, start: int, end: int) -> list[int]:
+        """KV cache slot of each token position ``start .. end-1``.
+
+        slot = physical_block × block_size + offset, i.e. the row in a cache flattened to
+        ``[num_blocks * block_size, num_kv_heads, head_size]``.
+
+        Raises:
+            ValueError: unless ``0 <= start <= end <= num_tokens``.
+        """
+        if not 0 <= start <= end <= self._num_tokens:
+            raise ValueError(
+                f"slot_mapping({start}, {end}) outside the table's {self._num_tokens} tokens"
+            )
+        block_size = self._block_size
+        blocks = self._blocks
+        return [blocks[i // block_size] * block_size + i % block_size for i in range(start, end)]
+
+    def __repr__(self) -> str:
+        return f"BlockTable(num_tokens={self._num_tokens}, blocks={self._blocks})"

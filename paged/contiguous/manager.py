@@ -1,0 +1,232 @@
+"""Contiguous KV cache baselines: the paper's Orca (Max / Pow2 / Oracle) systems (§6.1).
+
+Each sequence gets one contiguous reservation of KV slots, sized by a reservation policy
+(:mod:`paged.contiguous.reservation`) when it is admitted and held until it finishes. The
+reservations come from a buddy allocator over the cache's slot space
+(:mod:`paged.contiguous.buddy`), as in the paper's Orca baselines.
+
+The buddy allocator rounds each reservation up to a power of two. That rounding slack is
+allocator overhead, not the request's over-reservation, so the Fig. 2 accounting puts it under
+"external fragmentation & other" (the paper's Oracle shows 0% internal fragmentation), and
+:class:`ContiguousKVCacheManager` reports it separately as ``rounding_slots``.
+"""
+
+from __future__ import annotations
+
+from paged.contiguous.buddy import BuddyAllocator
+from paged.contiguous.reservation import POLICIES, reservation_size
+from paged.core.kv_cache_manager import AllocStatus, MemoryUsage, split_reserved
+from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
+
+__all__ = ["ContiguousKVCacheManager"]
+
+
+class ContiguousKVCacheManager:
+    """Orca-style KV cache manager: one contiguous reservation per sequence (§6.1).
+
+    Implements :class:`paged.core.KVCacheManager`, so the same scheduler drives it.
+
+    Args:
+        num_slots: KV slots in the cache (tokens).
+        policy: ``"max"``, ``"pow2"`` or ``"oracle"`` (:mod:`paged.contiguous.reservation`).
+        max_seq_len: the model's maximum sequence length (tokens).
+        block_size: reservations are rounded up to whole blocks of this many slots (a power of
+            two), so that a reservation can be read as consecutive blocks by the paged attention
+            kernel (the real engine). 1, the paper's Orca and the simulator's: single slots.
+
+    Raises:
+        ValueError: on an unknown policy, non-positive sizes, or a block size that is not a power of two.
+    """
+
+    def __init__(self, num_slots: int, policy: str = "max", *, max_seq_len: int = 2048, block_size: int = 1) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown reservation policy {policy!r}; choose one of {POLICIES}")
+        if max_seq_len < 1:
+            raise ValueError(f"max_seq_len must be ≥ 1, got {max_seq_len}")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1 or block_size & (block_size - 1):
+            raise ValueError(f"block_size must be a power of two ≥ 1, got {block_size!r}")
+        self.policy = policy
+        self.max_seq_len = max_seq_len
+        self.block_size = block_size
+        self.buddy = BuddyAllocator(num_slots)
+        self.num_total_slots = num_slots
+        self.reservations: dict[int, tuple[int, int]] = {}  # seq_id -> (start slot, slots)
+
+    def _size(self, seq_group: SequenceGroup) -> int:
+        size = reservation_size(self.policy, seq_group.prompt_len, seq_group.output_len, self.max_seq_len)
+        return -(-size // self.block_size) * self.block_size
+
+    def never_reason(self, seq_group: SequenceGroup) -> str:
+        """Why :meth:`can_allocate` says NEVER for ``seq_group``: the limit that binds."""
+        size = self._size(seq_group)
+        final_len = seq_group.prompt_len + seq_group.output_len
+        if final_len > size:
+            return (f"its sequences reach {final_len} tokens but the {self.policy!r} policy reserves at most "
+                    f"max_seq_len={self.max_seq_len} slots per sequence")
+        return (f"its {size}-slot reservation per sequence needs a contiguous block of "
+                f"{1 << self.buddy.order_for(size)} slots, larger than the largest the "
+                f"{self.num_total_slots}-slot cache has ({self.buddy.largest_block()})")
+
+    def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
+        """NEVER if the request outgrows its reservation or the largest block; else OK/LATER."""
+        size = self._size(seq_group)
+        waiting = seq_group.num_seqs(SequenceStatus.WAITING)
+        final_len = seq_group.prompt_len + seq_group.output_len
+        if final_len > size or size > self.buddy.largest_block():
+            return AllocStatus.NEVER
+        if waiting * (1 << self.buddy.order_for(size)) > self.buddy.num_free_slots:
+            return AllocStatus.LATER
+        if waiting == 1:
+            return AllocStatus.OK if self.buddy.can_allocate(size) else AllocStatus.LATER
+        # Several sequences: try them for real, then roll back.
+        taken = []
+        try:
+            for _ in range(waiting):
+                taken.append(self.buddy.allocate(size))
+        except MemoryError:
+            return AllocStatus.LATER
+        finally:
+            for start in taken:
+                self.buddy.free(start)
+        return AllocStatus.OK
+
+    def allocate(self, seq_group: SequenceGroup) -> None:
+        """One reservation per waiting sequence.
+
+        Raises:
+            MemoryError: if called without a successful :meth:`can_allocate`.
+        """
+        size = self._size(seq_group)
+        for seq in seq_group.get_seqs(SequenceStatus.WAITING):
+            self.reservations[seq.seq_id] = (self.buddy.allocate(size), size)
+
+    def can_append_slots(self, seq_group: SequenceGroup) -> bool:
+        """True while every running sequence stays inside its reservation."""
+        return all(
+            seq.num_tokens <= self.reservations[seq.seq_id][1]
+            for seq in seq_group.seqs
+            if seq.status is SequenceStatus.RUNNING
+        )
+
+    def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
+        """Nothing to allocate: the reservation already covers the token. Returns ``[]``.
+
+        Raises:
+            RuntimeError: if the sequence outgrew its reservation.
+        """
+        if seq.num_tokens > self.reservations[seq.seq_id][1]:
+            raise RuntimeError(
+                f"sequence {seq.seq_id} has {seq.num_tokens} tokens, more than its "
+                f"{self.reservations[seq.seq_id][1]}-slot reservation"
+            )
+        return []
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """A contiguous system cannot share: the child gets its own reservation (a copy).
+
+        Raises:
+            MemoryError: if no free block is large enough.
+        """
+        size = self.reservations[parent.seq_id][1]
+        self.reservations[child.seq_id] = (self.buddy.allocate(size), size)
+
+    def free(self, seq: Sequence) -> None:
+        """Release the sequence's reservation. Unknown sequences: no-op."""
+        entry = self.reservations.pop(seq.seq_id, None)
+        if entry is not None:
+            self.buddy.free(entry[0])
+
+    def get_block_table(self, seq: Sequence) -> list[int]:
+        """The sequence's reservation seen as ``block_size``-slot blocks (for the paged kernel).
+
+        A buddy reservation of ``2**k`` slots starts at a multiple of ``2**k``; reservations are whole
+        blocks, so it covers blocks ``start // block_size, ...``; the real engine then reads a
+        contiguous reservation through the same attention kernel as a paged sequence, and only memory
+        management differs. O(reservation / block_size).
+
+        Raises:
+            KeyError: if the sequence holds no reservation.
+        """
+        start, size = self.reservations[seq.seq_id]
+        first = start // self.block_size
+        return list(range(first, first + size // self.block_size))
+
+    @property
+    def num_used_slots(self) -> int:
+        """Slots reserved now, the buddy allocator's rounding included (tokens). O(1)."""
+        return self.num_total_slots - self.buddy.num_free_slots
+
+    def blocks_held(self, seqs: list[Sequence]) -> tuple[int, int]:
+        """``(blocks reserved, the same)``: reservations are never shared. O(sequences)."""
+        held = sum(self.reservations[s.seq_id][1] for s in seqs if s.seq_id in self.reservations) // self.block_size
+        return held, held
+
+    def decode_run_limit(self, seqs: list[Sequence], max_iterations: int) -> int:
+        """``max_iterations``: a reservation already covers every token its request will hold. O(1)."""
+        return max_iterations
+
+    def decode_run_usage(self, seq_groups: list[SequenceGroup], num_tokens: list[int], k: int) -> MemoryUsage:
+        """:meth:`memory_usage` summed over ``k`` decode iterations in closed form (slot-iterations).
+
+        Group ``i`` (one running sequence) holds ``num_tokens[i] + j`` tokens at iteration ``j`` of its
+        fixed reservation. O(groups).
+        """
+        used = reserved = internal = 0
+        tri = k * (k - 1) // 2
+        for group, n in zip(seq_groups, num_tokens):
+            final_len = group.prompt_len + group.output_len
+            used_i = k * n + tri
+            size = self.reservations[group.seqs[0].seq_id][1]
+            will_use = min(size, final_len)
+            used, reserved, internal = used + used_i, reserved + k * will_use - used_i, internal + k * (size - will_use)
+        total = k * self.num_total_slots
+        return MemoryUsage(used, reserved, internal, total - used - reserved - internal, total)
+
+    def request_slot_iterations(self, prompt_len: int, output_len: int) -> int:
+        """Slots a lone request holds over its ``output_len`` iterations: its reservation, rounded up
+        to the buddy block it takes, the whole time. O(1)."""
+        size = reservation_size(self.policy, prompt_len, output_len, self.max_seq_len)
+        size = -(-size // self.block_size) * self.block_size
+        return output_len << BuddyAllocator.order_for(size)
+
+    def can_swap_out(self, seq_group: SequenceGroup) -> bool:
+        """Contiguous baselines do not swap (their reservations never need to grow)."""
+        return False
+
+    def swap_out(self, seq_group: SequenceGroup) -> list[tuple[int, int]]:
+        """Not supported. Raises: NotImplementedError."""
+        raise NotImplementedError("contiguous baselines do not swap")
+
+    def can_swap_in(self, seq_group: SequenceGroup) -> AllocStatus:
+        """Never: nothing is ever swapped out."""
+        return AllocStatus.NEVER
+
+    def swap_in(self, seq_group: SequenceGroup) -> list[tuple[int, int]]:
+        """Not supported. Raises: NotImplementedError."""
+        raise NotImplementedError("contiguous baselines do not swap")
+
+    @property
+    def rounding_slots(self) -> int:
+        """Slots lost to the buddy allocator's power-of-two rounding now (tokens)."""
+        return sum((1 << self.buddy.allocated[s]) - n for s, n in self.reservations.values())
+
+    def memory_usage(self, seq_groups: list[SequenceGroup]) -> MemoryUsage:
+        """Token states / reservation / internal / external slots (§3, Fig. 2).
+
+        Per running sequence with a reservation of ``R`` slots and ``n`` tokens: ``n`` token
+        states; of the other ``R - n``, those it will fill before reaching prompt + output
+        tokens are reservation, the rest internal fragmentation. Free slots and the buddy
+        rounding slack are external fragmentation & other.
+        """
+        used = reserved = internal = 0
+        for group in seq_groups:
+            final_len = group.prompt_len + group.output_len
+            for seq in group.seqs:
+                entry = self.reservations.get(seq.seq_id)
+                if entry is None or seq.status is not SequenceStatus.RUNNING:
+                    continue
+                n = seq.num_tokens
+                r, i = split_reserved(n, entry[1], final_len)
+                used, reserved, internal = used + n, reserved + r, internal + i
+        total = self.num_total_slots
+        return MemoryUsage(used, reserved, internal, total - used - reserved - internal, total)

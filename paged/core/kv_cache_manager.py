@@ -1,0 +1,176 @@
+"""The KV cache manager interface the scheduler drives (paper §4.2, §4.5, §6.1).
+
+Two kinds of manager implement it: the paged one (:class:`paged.block.PagedKVCacheManager`,
+blocks allocated on demand) and the contiguous baselines of the paper's Orca systems
+(:class:`paged.contiguous.ContiguousKVCacheManager`, one reservation per sequence from a buddy
+allocator). The scheduler, the engine's step and the simulator's fast-forward only call the methods
+below, so none of them knows which one it drives; ``tests/core/test_kv_cache_manager.py`` runs the
+same contract against every manager.
+
+Method names follow vLLM's v0 ``BlockSpaceManager``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from paged.core.sequence import Sequence, SequenceGroup
+
+__all__ = ["AllocStatus", "MemoryUsage", "KVCacheManager", "RequestTooLargeError"]
+
+
+class AllocStatus(enum.Enum):
+    """Whether a sequence group can be placed in the KV cache."""
+
+    OK = "ok"  # it fits now
+    LATER = "later"  # it fits once other requests free memory
+    NEVER = "never"  # it is larger than the whole cache: it can never run
+
+
+class RequestTooLargeError(ValueError):
+    """A request needs more KV memory than the whole cache holds, so it could never run."""
+
+
+@dataclass(slots=True)
+class MemoryUsage:
+    """Where the KV cache's slots are at one moment (paper §3, Fig. 2), in token slots.
+
+    Attributes:
+        token_states: slots holding a live token's K/V (or about to, in the running step).
+        reservation: slots reserved for tokens their request will still generate.
+        internal: reserved slots the request will never use (over-reservation, allocator
+            rounding, the unfilled tail of a paged sequence's last block).
+        external: every other slot: free memory (which no waiting request could use while
+            requests wait), external fragmentation, and any watermark held back.
+        total: all slots of the cache.
+
+    The four parts sum to ``total``.
+    """
+
+    token_states: int
+    reservation: int
+    internal: int
+    external: int
+    total: int
+
+    def fractions(self) -> dict[str, float]:
+        """The four parts as fractions of ``total`` (they sum to 1)."""
+        total = self.total
+        return {
+            "token_states": self.token_states / total,
+            "reservation": self.reservation / total,
+            "internal": self.internal / total,
+            "external": self.external / total,
+        }
+
+
+def split_reserved(used: int, allocated: int, final_len: int) -> tuple[int, int]:
+    """Split a sequence's unused slots into (reservation, internal fragmentation).
+
+    Args:
+        used: slots holding tokens now (tokens).
+        allocated: slots the sequence holds (tokens).
+        final_len: tokens the sequence will hold when it finishes (prompt + output).
+
+    Returns:
+        ``(reservation, internal)``: unused slots it will still fill, and those it never will.
+    """
+    will_use = min(allocated, final_len)
+    return max(will_use - used, 0), allocated - max(will_use, used)
+
+
+class KVCacheManager(Protocol):
+    """What the scheduler needs from a KV cache manager (paged or contiguous).
+
+    All sizes are in tokens (slots) unless a name says blocks.
+
+    Attributes:
+        block_size: tokens per block of the block tables :meth:`get_block_table` hands out (a
+            contiguous manager reads its reservations as consecutive blocks of this size).
+        num_total_slots: KV slots of the whole (GPU) cache.
+    """
+
+    block_size: int
+    num_total_slots: int
+
+    def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
+        """Whether the waiting sequences of ``seq_group`` can get KV space for a prefill."""
+        ...
+
+    def never_reason(self, seq_group: SequenceGroup) -> str:
+        """When :meth:`can_allocate` says NEVER: the limit the request exceeds, in words with numbers."""
+        ...
+
+    def allocate(self, seq_group: SequenceGroup) -> None:
+        """Give every waiting sequence of the group room for its ``num_tokens`` tokens."""
+        ...
+
+    def can_append_slots(self, seq_group: SequenceGroup) -> bool:
+        """Whether every running sequence of the group can get a slot for its next token."""
+        ...
+
+    def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
+        """Make room for ``seq.num_tokens`` tokens; return copy-on-write ``(src, dst)`` pairs."""
+        ...
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """Let ``child`` share (paged) or copy (contiguous) ``parent``'s KV space."""
+        ...
+
+    def free(self, seq: Sequence) -> None:
+        """Release the sequence's KV space."""
+        ...
+
+    def can_swap_out(self, seq_group: SequenceGroup) -> bool:
+        """Whether the group's running sequences can be swapped to CPU memory."""
+        ...
+
+    def swap_out(self, seq_group: SequenceGroup) -> list[tuple[int, int]]:
+        """Move the group's blocks to CPU memory; return ``(gpu_block, cpu_block)`` pairs."""
+        ...
+
+    def can_swap_in(self, seq_group: SequenceGroup) -> AllocStatus:
+        """Whether the group's swapped sequences fit back in GPU memory."""
+        ...
+
+    def swap_in(self, seq_group: SequenceGroup) -> list[tuple[int, int]]:
+        """Move the group's blocks back; return ``(cpu_block, gpu_block)`` pairs."""
+        ...
+
+    def get_block_table(self, seq: Sequence) -> list[int]:
+        """Physical block ids (of ``block_size`` tokens) holding the sequence's KV, in logical order."""
+        ...
+
+    @property
+    def num_used_slots(self) -> int:
+        """Slots allocated (paged) or reserved (contiguous, allocator rounding included) now."""
+        ...
+
+    def blocks_held(self, seqs: list[Sequence]) -> tuple[int, int]:
+        """``(distinct physical blocks the sequences hold, blocks they would hold with no sharing)``."""
+        ...
+
+    def memory_usage(self, seq_groups: list[SequenceGroup]) -> MemoryUsage:
+        """Where the cache's slots are, given the groups that hold KV space now."""
+        ...
+
+    def decode_run_limit(self, seqs: list[Sequence], max_iterations: int) -> int:
+        """Most decode iterations (≤ ``max_iterations``) in which every sequence of ``seqs`` gains one
+        token per iteration without the manager running out of memory (the simulator's fast-forward).
+
+        Each sequence is the only running one of its group and has room for its ``num_tokens``."""
+        ...
+
+    def decode_run_usage(self, seq_groups: list[SequenceGroup], num_tokens: list[int], k: int) -> MemoryUsage:
+        """:meth:`memory_usage` summed over ``k`` decode iterations in closed form (slot-iterations).
+
+        Group ``i`` (one running sequence) holds ``num_tokens[i] + j`` tokens at iteration ``j``;
+        ``total`` is ``k × num_total_slots``."""
+        ...
+
+    def request_slot_iterations(self, prompt_len: int, output_len: int) -> int:
+        """Slots a lone request holds, summed over the ``output_len`` iterations that generate its
+        tokens (slot-iterations): its KV footprint over its life."""
+        ...

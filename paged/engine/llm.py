@@ -1,0 +1,316 @@
+"""The engine: a real transformers model served with the paged KV cache (paper §4, §5).
+
+``LLM(model).generate(prompts, SamplingParams(...))`` runs the spine's iteration-level scheduler
+(:class:`paged.core.scheduler.Scheduler`) over a KV cache manager and executes every iteration on the
+model (:class:`paged.engine.model_runner.ModelRunner`): a **prefill** iteration computes the prompts of newly
+admitted (or recomputed) requests, a **decode** iteration one token of every running sequence,
+requests of every decoding mode batched together (continuous batching, §4.5).
+
+* Parallel sampling (§4.4): a request with ``n`` samples is admitted with ``n`` sequences sharing the
+  prompt's blocks; the prompt is computed once, each sequence samples its own next token, and the
+  shared last block is copied on write when they diverge.
+* Beam search (§4.4, Fig. 9): after every step the surviving candidates fork from their parents
+  (sharing all blocks), dropped candidates free theirs, and copy-on-write copies at most the last
+  block. ``RequestOutput.metrics["beam_history"]`` records each step's parents and blocks.
+* Preemption (§4.5): by recomputation or by swapping whole sequence groups, as the scheduler decides.
+* ``kv_manager="orca-max"`` (or ``"orca-pow2"``, ``"orca-oracle"``, the systems of
+  :mod:`paged.systems`): the same engine with Orca reservations, one contiguous reservation per
+  sequence; the attention kernel reads a reservation as consecutive blocks, so only memory
+  management differs. Forked beams cannot share there (unsupported).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from paged.core.checks import as_token_ids
+from paged.core.scheduler import PREEMPTION_MODES, Scheduler
+from paged.core.sequence import Sequence, SequenceGroup
+from paged.engine.kv_cache import PagedKVCache
+from paged.engine.model_runner import ModelRunner, model_kv_shape
+from paged.engine.sampling import SamplingParams
+from paged.engine.sequence_group import EngineSequenceGroup
+from paged.engine.step import EngineStats, run_step
+from paged.systems import get_system, make_kv_manager, system_names
+
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "KV_MANAGERS"]
+
+#: Systems the engine serves with its own scheduler (:mod:`paged.systems`): paged and the Orca variants.
+KV_MANAGERS = system_names(executor="engine", manager=True)
+_DEFAULT_KV_CACHE_BYTES = 64 * 2**20
+
+
+@dataclass(slots=True)
+class CompletionOutput:
+    """One completion of a request (vLLM's name).
+
+    Attributes:
+        index: its rank (beam search: best first) or sample number.
+        token_ids: generated token ids (a stop token that ended it included).
+        text: ``token_ids`` decoded ("" without a tokenizer).
+        cumulative_logprob: beam search: the hypothesis' length-penalised score; else None.
+        finish_reason: ``"stop"`` (a stop / EOS token) or ``"length"`` (``max_tokens`` reached).
+    """
+
+    index: int
+    token_ids: list[int]
+    text: str
+    cumulative_logprob: float | None
+    finish_reason: str
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    """What ``generate`` returns for one prompt (vLLM's name).
+
+    Attributes:
+        request_id: position of the prompt in the call (int).
+        prompt: the prompt string (None when token ids were given).
+        prompt_token_ids: the prompt's token ids.
+        outputs: the completions.
+        metrics: times (seconds), ``num_preemptions`` and, for beam search, ``beam_history``.
+    """
+
+    request_id: int
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool = True
+    metrics: dict = field(default_factory=dict)
+
+
+def _load(model, tokenizer, dtype):
+    if isinstance(model, (str, Path)):
+        path = Path(model)
+        if not path.exists():
+            raise FileNotFoundError(f"model directory {str(path)!r} does not exist (no hub downloads: give a local path)")
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{str(path)!r} is not a transformers model directory (no config.json in it)")
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+        if tokenizer is None:
+            tokenizer = path
+    if isinstance(tokenizer, (str, Path)):
+        from transformers import AutoTokenizer
+
+        if not Path(tokenizer).is_dir():
+            raise FileNotFoundError(f"tokenizer directory {str(tokenizer)!r} does not exist (give a local path)")
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+    if not hasattr(model, "config") or not callable(model):
+        raise TypeError(f"model must be a path or a transformers causal LM, got {type(model).__name__}")
+    return model.eval(), tokenizer
+
+
+class LLM:
+    """A causal LM served on a paged (or contiguous) KV cache.
+
+    Args:
+        model: a local model directory or a loaded transformers causal LM (Llama-like, attention
+            through ``AttentionInterface``).
+        tokenizer: tokenizer for string prompts and ``.text`` (loaded from the directory if None).
+        block_size: tokens per KV block.
+        num_gpu_blocks: KV blocks; else ``kv_cache_bytes`` decides (default 64 MiB).
+        kv_cache_bytes: KV cache memory budget (bytes) when ``num_gpu_blocks`` is None.
+        device: where the model and cache run (default: the model's device).
+        dtype: model dtype when loading from a path (default float32).
+        preemption: ``"recompute"`` or ``"swap"`` (§4.5).
+        kv_manager: a system of :data:`KV_MANAGERS`: ``"paged"`` or an Orca variant (``"orca-max"``, §6.1).
+        num_cpu_blocks: swap space (blocks); default as many as the GPU cache with ``"swap"``, else 0.
+        max_num_seqs, max_num_batched_tokens: scheduler budgets (default 256 and the model length).
+        max_model_len: longest sequence (tokens); default the model's ``max_position_embeddings``.
+        watermark: fraction of blocks kept free at admission (paged).
+
+    Raises:
+        ValueError: unknown ``kv_manager`` or ``preemption``, bad sizes, or ``max_model_len`` beyond the
+            model's ``max_position_embeddings``.
+        FileNotFoundError: a model path that does not exist.
+    """
+
+    def __init__(self, model, *, tokenizer=None, block_size: int = 16, num_gpu_blocks: int | None = None,
+                 kv_cache_bytes: int | None = None, device=None, dtype=None, preemption: str = "recompute",
+                 kv_manager: str = "paged", num_cpu_blocks: int | None = None, max_num_seqs: int = 256,
+                 max_num_batched_tokens: int | None = None, max_model_len: int | None = None,
+                 watermark: float = 0.01) -> None:
+        if kv_manager not in KV_MANAGERS:
+            raise ValueError(f"unknown kv_manager {kv_manager!r}; choose one of {KV_MANAGERS}")
+        if preemption not in PREEMPTION_MODES:
+            raise ValueError(f"unknown preemption {preemption!r}; choose one of {PREEMPTION_MODES}")
+        for name, value in (("block_size", block_size), ("max_num_seqs", max_num_seqs),
+                            ("max_num_batched_tokens", max_num_batched_tokens), ("max_model_len", max_model_len),
+                            ("num_gpu_blocks", num_gpu_blocks)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.model, self.tokenizer = _load(model, tokenizer, dtype)
+        if device is not None:
+            self.model.to(device)
+        self.device = next(self.model.parameters()).device
+        self.dtype = next(self.model.parameters()).dtype
+        config = self.model.config
+        model_len = getattr(config, "max_position_embeddings", None)
+        if max_model_len is not None and model_len is not None and max_model_len > model_len:
+            raise ValueError(f"max_model_len={max_model_len} is longer than the model's context "
+                             f"(max_position_embeddings={model_len})")
+        self.max_model_len = int(max_model_len or model_len or 2048)
+        num_layers, num_kv_heads, head_size = model_kv_shape(config)
+        if num_gpu_blocks is None:
+            budget = _DEFAULT_KV_CACHE_BYTES if kv_cache_bytes is None else int(kv_cache_bytes)
+            num_gpu_blocks = PagedKVCache.num_blocks_for_budget(budget, num_layers, block_size, num_kv_heads,
+                                                                head_size, self.dtype)
+        paged = get_system(kv_manager).kv_cache == "paged"
+        if num_cpu_blocks is None:
+            num_cpu_blocks = num_gpu_blocks if preemption == "swap" and paged else 0
+        self.block_size = block_size
+        self.kv_manager_name = kv_manager
+        self.kv_cache = PagedKVCache(num_layers, num_gpu_blocks, block_size, num_kv_heads, head_size, self.dtype,
+                                     self.device, num_cpu_blocks=num_cpu_blocks)
+        self.bytes_per_slot = PagedKVCache.bytes_per_block(num_layers, 1, num_kv_heads, head_size, self.dtype)
+        self.kv_manager = make_kv_manager(kv_manager, num_gpu_blocks * block_size, block_size=block_size,
+                                          max_seq_len=self.max_model_len, num_cpu_blocks=num_cpu_blocks if paged else 0,
+                                          watermark=watermark, contiguous_block_size=block_size)
+        self.runner = ModelRunner(self.model, self.kv_cache)
+        self.preemption = preemption
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens or max(self.max_model_len, 2048)
+        eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
+        self._next_seq_id = 0
+        self.last_stats: EngineStats | None = None
+
+    # -- requests -------------------------------------------------------------------------
+    def _tokenize(self, prompt) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("string prompts need a tokenizer; pass token-id lists or tokenizer=...")
+            return prompt, list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        ids = as_token_ids(prompt, "token ids")
+        vocab = self.model.config.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} outside the vocabulary [0, {vocab})")
+        return None, ids
+
+    def _make_group(self, request_id: int, prompt_ids: list[int], params: SamplingParams) -> SequenceGroup:
+        if not prompt_ids:
+            raise ValueError(f"prompt {request_id} is empty (0 tokens)")
+        total = len(prompt_ids) + params.max_tokens
+        if total > self.max_model_len:
+            raise ValueError(f"prompt {request_id}: {len(prompt_ids)} prompt tokens + max_tokens={params.max_tokens} "
+                             f"= {total} > max_model_len={self.max_model_len}")
+        if params.use_beam_search and get_system(self.kv_manager_name).kv_cache != "paged":
+            raise ValueError("beam search needs kv_manager='paged' (contiguous reservations cannot be shared by forks)")
+        num_seqs = 1 if params.use_beam_search else params.n
+        seqs = []
+        for _ in range(num_seqs):
+            seqs.append(Sequence(self._next_seq_id, len(prompt_ids), token_ids=list(prompt_ids)))
+            self._next_seq_id += 1
+        return EngineSequenceGroup(request_id, float(request_id), seqs, params.max_tokens, sampling_params=params,
+                                   max_num_seqs=params.beam_width if params.use_beam_search else 0)
+
+    def new_seq_id(self) -> int:
+        """A fresh sequence id (used by beam forks)."""
+        self._next_seq_id += 1
+        return self._next_seq_id - 1
+
+    # -- the loop ---------------------------------------------------------------------------
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
+                 use_tqdm: bool | None = None) -> list[RequestOutput]:
+        """Generate completions for every prompt (continuous batching, §4.5).
+
+        Args:
+            prompts: a string, a list of strings, or a list of token-id lists.
+            sampling_params: one for all prompts or one per prompt (default ``SamplingParams()``).
+            use_tqdm: progress bar over requests (default: on for more than 32 prompts).
+
+        Returns:
+            one :class:`RequestOutput` per prompt, in order. ``self.last_stats`` holds the run's
+            per-step statistics (:class:`paged.engine.step.EngineStats`).
+
+        Raises:
+            ValueError: empty prompt, ``max_tokens`` < 1, a request longer than ``max_model_len``.
+            TypeError: a token-id prompt with non-integer ids (e.g. floats).
+            paged.core.kv_cache_manager.RequestTooLargeError: a request larger than the whole KV cache.
+        """
+        scheduler, groups, texts = self.add_requests(prompts, sampling_params)
+        stats = EngineStats(self.kv_cache.num_blocks * self.block_size, self.bytes_per_slot)
+        show = len(groups) > 32 if use_tqdm is None else use_tqdm
+        start = time.perf_counter()
+        with tqdm(total=len(groups), disable=not show, desc="generate", unit="req") as bar:
+            while scheduler.has_unfinished_seqs():
+                finished = run_step(self, scheduler, stats)
+                bar.update(len(finished))
+        stats.elapsed = time.perf_counter() - start
+        stats.num_preemptions = scheduler.num_preemptions
+        self.last_stats = stats
+        return [self._output(group, text) for group, text in zip(groups, texts)]
+
+    def add_requests(self, prompts, sampling_params=None) -> tuple[Scheduler, list[SequenceGroup], list[str | None]]:
+        """Tokenize and check every prompt, then queue all of them on a fresh scheduler.
+
+        Used by :meth:`generate`; tests and notebooks call it with :func:`paged.engine.step.run_step` to
+        watch individual iterations. Nothing is queued if any request is bad.
+
+        Returns:
+            ``(scheduler, groups, prompt_texts)``.
+
+        Raises:
+            as :meth:`generate`.
+        """
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params_list = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"{len(params_list)} SamplingParams for {len(prompts)} prompts")
+        scheduler = Scheduler(self.kv_manager, max_num_seqs=self.max_num_seqs,
+                              max_num_batched_tokens=self.max_num_batched_tokens, preemption_mode=self.preemption)
+        texts, groups = [], []
+        for i, (prompt, params) in enumerate(zip(prompts, params_list)):
+            if not isinstance(params, SamplingParams):
+                raise TypeError(f"sampling_params must be SamplingParams, got {type(params).__name__}")
+            text, ids = self._tokenize(prompt)
+            groups.append(self._make_group(i, ids, params))
+            texts.append(text)
+        check = Scheduler(self.kv_manager, max_num_seqs=self.max_num_seqs,
+                          max_num_batched_tokens=self.max_num_batched_tokens, preemption_mode=self.preemption)
+        for group in groups:  # validation only (add_seq_group allocates nothing): all or nothing
+            check.add_seq_group(group)
+        for group in groups:
+            scheduler.add_seq_group(group)
+        return scheduler, groups, texts
+
+    def _decode(self, ids: list[int]) -> str:
+        return "" if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _output(self, group: SequenceGroup, text: str | None) -> RequestOutput:
+        params: SamplingParams = group.sampling_params
+        outputs = []
+        if params.use_beam_search:
+            for i, (score, ids) in enumerate(group.beam.finished[: params.n]):
+                reason = "stop" if ids and ids[-1] in self.stop_token_ids(params) else "length"
+                outputs.append(CompletionOutput(i, ids, self._decode(ids), score, reason))
+        else:
+            for i, seq in enumerate(group.seqs):
+                ids = seq.output_token_ids
+                outputs.append(CompletionOutput(i, ids, self._decode(ids), None, seq.finish_reason))
+        metrics: dict[str, Any] = {"first_scheduled_time": group.first_scheduled_time,
+                                   "first_token_time": group.first_token_time,
+                                   "finished_time": group.finished_time, "num_preemptions": group.num_preemptions}
+        if params.use_beam_search:
+            metrics["beam_history"] = group.beam_history
+        return RequestOutput(group.request_id, text, group.seqs[0].token_ids[: group.prompt_len], outputs,
+                             metrics=metrics)
+
+    def stop_token_ids(self, params: SamplingParams) -> frozenset[int]:
+        """Token ids that end a completion of a request with ``params``: its ``stop_token_ids`` and,
+        unless ``ignore_eos``, the model's end-of-sequence token(s)."""
+        stop = frozenset(params.stop_token_ids)
+        return stop if params.ignore_eos else stop | self.eos_token_ids

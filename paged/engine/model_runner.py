@@ -1,0 +1,211 @@
+"""A Hugging Face transformers causal LM running on the paged KV cache (paper §4.1, §5).
+
+The model's own code runs unchanged; only its attention function is replaced, the supported way:
+:data:`ATTN_IMPLEMENTATION` is registered with ``transformers.AttentionInterface`` and switched on
+for the duration of one forward (:meth:`ModelRunner.execute`), so the same model object keeps
+working with Hugging Face ``generate`` outside the engine.
+
+How one step flows (checked against transformers 5.24's Llama code):
+
+* All tokens of the step are packed into one row: ``input_ids`` ``[1, num_tokens]`` and
+  ``position_ids`` ``[1, num_tokens]`` (each sequence's own positions, so RoPE is right).
+* Extra keyword arguments of ``model.forward`` flow untouched through the decoder layers into the
+  attention function; the step's :class:`StepMetadata` travels as ``paged_step=...``.
+* A custom attention name that is not registered with ``AttentionMaskInterface`` makes
+  ``create_causal_mask`` return ``None``: no dense ``[num_tokens, num_tokens]`` mask is built.
+  Causality is applied inside the attention function (per sequence).
+* ``logits_to_keep`` (a tensor of row indices) makes the LM head run only on each sequence's last
+  token, so a prefill never computes logits for every prompt token.
+* Per layer, the attention function writes the step's keys and values through the slot mapping
+  (:meth:`PagedKVCache.write`). **Prefill** then attends over the step's own tokens, causally, one
+  sequence at a time (``scaled_dot_product_attention`` with ``is_causal``); a prefill never needs
+  older tokens because every prefill (also a recomputation, §4.5) computes the whole sequence.
+  **Decode** reads keys and values through the block tables with
+  :func:`paged.kernels.attention.paged_attention`; nothing gathers the whole cache.
+
+Decode backends: on CUDA, :func:`paged.kernels.attention.paged_attention` runs the Triton kernel. On a
+CPU the runner calls :func:`paged.kernels.packed.paged_attention_packed`: it reads only the blocks
+the sequences hold (flattened once per step by :func:`paged.kernels.packed.pack_block_tables`,
+shared by all layers) instead of gathering every sequence padded to the longest context
+(:func:`paged.kernels.reference.paged_attention_torch`), whose padding dominated large CPU
+batches of ShareGPT-length requests.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+from paged.kernels.attention import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES, paged_attention
+from paged.kernels.packed import PackedBlocks, pack_block_tables, paged_attention_packed
+from paged.engine.kv_cache import PagedKVCache
+
+__all__ = ["ATTN_IMPLEMENTATION", "StepMetadata", "ModelRunner", "model_kv_shape"]
+
+#: Name under which the paged attention function is registered with transformers.
+ATTN_IMPLEMENTATION = "paged_engine"
+
+
+@dataclass(slots=True)
+class StepMetadata:
+    """Everything the attention function needs for one step (one forward).
+
+    Attributes:
+        kv_cache: the paged KV cache.
+        is_prefill: prefill (every token of each sequence) or decode (one token per sequence).
+        slot_mapping: ``[num_tokens]`` int64 cache slot of each token (block × block_size + offset).
+        seq_lens: prefill only: tokens of each packed sequence, in order (tokens).
+        block_tables: decode only: ``[num_seqs, max_blocks]`` int32 physical block ids.
+        context_lens: decode only: ``[num_seqs]`` int32 tokens each sequence attends to.
+        max_context_len: decode only: the largest context length (tokens).
+        use_reference: decode through the CPU torch path (module docstring).
+        packed: CPU decode: the step's used blocks, flattened once for all layers.
+    """
+
+    kv_cache: PagedKVCache
+    is_prefill: bool
+    slot_mapping: torch.Tensor
+    seq_lens: list[int] | None = None
+    block_tables: torch.Tensor | None = None
+    context_lens: torch.Tensor | None = None
+    max_context_len: int = 0
+    use_reference: bool = False
+    packed: PackedBlocks | None = None
+
+
+def _paged_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """The attention function transformers calls in every layer (registered as ``paged_engine``).
+
+    Args:
+        module: the layer's attention module (``layer_idx``, ``head_dim``).
+        query: ``[1, num_heads, num_tokens, head_size]``; key, value ``[1, num_kv_heads, num_tokens, head_size]``
+            (RoPE already applied).
+        attention_mask: ignored (``None``: no mask function is registered for this name).
+        scaling: softmax scale.
+        kwargs: must hold ``paged_step`` (:class:`StepMetadata`).
+
+    Returns:
+        ``([1, num_tokens, num_heads, head_size], None)``, the layout transformers expects.
+
+    Raises:
+        RuntimeError: if called outside :meth:`ModelRunner.execute` (no ``paged_step``).
+    """
+    meta: StepMetadata | None = kwargs.get("paged_step")
+    if meta is None:
+        raise RuntimeError(f"attention implementation {ATTN_IMPLEMENTATION!r} needs paged_step=StepMetadata(...)")
+    layer = module.layer_idx
+    q = query[0].transpose(0, 1)  # [num_tokens, num_heads, head_size]
+    k = key[0].transpose(0, 1)  # [num_tokens, num_kv_heads, head_size]
+    v = value[0].transpose(0, 1)
+    cache = meta.kv_cache
+    cache.write(layer, meta.slot_mapping, k, v)
+    if meta.is_prefill:
+        outs = []
+        start = 0
+        gqa = query.shape[1] != key.shape[1]
+        for n in meta.seq_lens:
+            end = start + n
+            o = F.scaled_dot_product_attention(query[:, :, start:end], key[:, :, start:end], value[:, :, start:end],
+                                               is_causal=True, scale=scaling, enable_gqa=gqa)
+            outs.append(o[0].transpose(0, 1))  # [n, num_heads, head_size]
+            start = end
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
+    elif meta.use_reference:
+        out = paged_attention_packed(q, cache.key_caches[layer], cache.value_caches[layer], meta.packed, scaling)
+    else:
+        out = paged_attention(q, cache.key_caches[layer], cache.value_caches[layer], meta.block_tables,
+                              meta.context_lens, scale=scaling)
+    return out[None], None
+
+
+AttentionInterface.register(ATTN_IMPLEMENTATION, _paged_attention_forward)
+
+
+def model_kv_shape(config) -> tuple[int, int, int]:
+    """``(num_layers, num_kv_heads, head_size)`` of a transformers decoder config."""
+    num_heads = config.num_attention_heads
+    num_kv_heads = getattr(config, "num_key_value_heads", None) or num_heads
+    head_size = getattr(config, "head_dim", None) or config.hidden_size // num_heads
+    return config.num_hidden_layers, num_kv_heads, head_size
+
+
+@contextmanager
+def _attn_implementation(model, name: str):
+    config = model.config
+    previous = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+
+
+class ModelRunner:
+    """Runs one packed prefill or decode step of a causal LM on a :class:`PagedKVCache` (§4.1).
+
+    Args:
+        model: a transformers causal LM whose attention goes through ``AttentionInterface``
+            (Llama, Mistral, Qwen2, ... — models written the "functional" way).
+        kv_cache: the paged cache; its layers, KV heads and head size must match the model.
+
+    Raises:
+        ValueError: cache and model shapes differ, or (on CUDA) a head/block size the Triton kernel
+            does not support.
+    """
+
+    def __init__(self, model, kv_cache: PagedKVCache) -> None:
+        layers, kv_heads, head_size = model_kv_shape(model.config)
+        got = (kv_cache.num_layers, kv_cache.num_kv_heads, kv_cache.head_size)
+        if got != (layers, kv_heads, head_size):
+            raise ValueError(f"KV cache shape (layers, kv heads, head size) {got} != model's {(layers, kv_heads, head_size)}")
+        self.model = model
+        self.kv_cache = kv_cache
+        self.device = kv_cache.device
+        if kv_cache.device.type == "cuda" and (
+            head_size not in SUPPORTED_HEAD_SIZES or kv_cache.block_size not in SUPPORTED_BLOCK_SIZES
+        ):
+            raise ValueError(f"head size {head_size} / block size {kv_cache.block_size} not supported by the "
+                             f"Triton kernel (head sizes {SUPPORTED_HEAD_SIZES}, block sizes {SUPPORTED_BLOCK_SIZES})")
+        self.use_reference = kv_cache.device.type != "cuda"
+
+    @torch.inference_mode()
+    def execute(self, input_ids: list[int], positions: list[int], slot_mapping: list[int], *, is_prefill: bool,
+                seq_lens: list[int] | None = None, block_tables: list[list[int]] | None = None,
+                context_lens: list[int] | None = None) -> torch.Tensor:
+        """One forward over the packed tokens of a step; logits of each sequence's last token.
+
+        Args:
+            input_ids, positions, slot_mapping: one entry per token (``num_tokens``), sequences
+                packed one after the other.
+            is_prefill: prefill (``seq_lens`` given) or decode (one token per sequence; ``block_tables``
+                and ``context_lens`` given, context lengths counting the new token).
+            seq_lens: prefill: tokens of each sequence (tokens).
+            block_tables: decode: physical blocks of each sequence.
+            context_lens: decode: tokens each sequence attends to (tokens).
+
+        Returns:
+            ``[num_seqs, vocab_size]`` float32 logits.
+        """
+        dev = self.device
+        ids = torch.tensor([input_ids], dtype=torch.int64, device=dev)
+        pos = torch.tensor([positions], dtype=torch.int64, device=dev)
+        slots = torch.tensor(slot_mapping, dtype=torch.int64, device=dev)
+        if is_prefill:
+            meta = StepMetadata(self.kv_cache, True, slots, seq_lens=seq_lens)
+            last = torch.tensor(seq_lens, device=dev).cumsum(0) - 1
+        else:
+            width = max(len(t) for t in block_tables)
+            table = torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int32, device=dev)
+            lens = torch.tensor(context_lens, dtype=torch.int32, device=dev)
+            meta = StepMetadata(self.kv_cache, False, slots, block_tables=table, context_lens=lens,
+                                max_context_len=max(context_lens), use_reference=self.use_reference)
+            if self.use_reference:
+                meta.packed = pack_block_tables(table, lens, self.kv_cache.block_size)
+            last = torch.arange(len(input_ids), device=dev)
+        with _attn_implementation(self.model, ATTN_IMPLEMENTATION):
+            out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=last, paged_step=meta)
+        return out.logits[0].float()

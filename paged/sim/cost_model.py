@@ -1,0 +1,244 @@
+"""A GPU cost model: how long one serving iteration takes on the paper's servers (§6.1, Table 1).
+
+Only *time* is modelled; memory behaviour always comes from the real KV cache managers. One
+iteration is either a prefill (every prompt token of the admitted requests) or a decode (one
+token for each running sequence). Its time, on a server of ``g`` GPUs running the model with
+tensor parallelism (each GPU holds ``1/g`` of every weight matrix and of the KV heads):
+
+* **linear layers** (roofline): ``max(weight bytes / g / HBM bandwidth,
+  2 · parameters · tokens / g / peak FLOP/s)``, each peak times a stated efficiency;
+* **attention**: decode reads the KV of every context token (memory bound,
+  ``context tokens · KV bytes per token / g / HBM bandwidth``), scaled for the paged kernel by
+  the paper's measured kernel overhead and a per-block overhead that grows as blocks shrink;
+  prefill computes causal attention (``2 · layers · hidden · n²`` FLOPs per ``n``-token prompt);
+* **tensor-parallel communication**: two ring all-reduces of the activations per layer over
+  NVLink (none on one GPU);
+* **fixed overhead** per iteration (scheduler, input preparation, sampling, kernel launches);
+* **swapping** (§4.5): one PCIe copy per block per layer for K and for V, each with a fixed
+  issue latency, so small blocks swap slowly (§7.3, Fig. 19a);
+* **recomputation** is simply the prefill of prompt + generated tokens.
+
+Every constant below cites its source; the efficiency factors are stated assumptions chosen
+before any comparison and never fitted to the paper's curves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paged.sim.model_spec import GiB, ModelSpec, get_model, kv_cache_slots
+from paged.core.scheduler import SchedulerOutputs
+from paged.core.sequence import SequenceStatus
+
+__all__ = ["ServerSpec", "CostModel", "SERVERS", "PRESETS", "get_cost_model", "A100_PEAK_FP16_FLOPS",
+           "A100_40GB_HBM_BYTES_PER_S", "A100_80GB_HBM_BYTES_PER_S", "NVLINK_BYTES_PER_S",
+           "PCIE4_X16_BYTES_PER_S"]
+
+#: A100 dense FP16/BF16 Tensor Core peak, FLOP/s per GPU. Source: NVIDIA A100 Tensor Core GPU
+#: datasheet (2020/2021), "FP16 Tensor Core 312 TFLOPS" (624 with sparsity, not used here).
+A100_PEAK_FP16_FLOPS = 312e12
+#: HBM2 bandwidth of the A100-40GB (SXM), bytes/s. Source: A100 datasheet, "1,555 GB/s".
+A100_40GB_HBM_BYTES_PER_S = 1555e9
+#: HBM2e bandwidth of the A100-80GB (SXM), bytes/s. Source: A100 datasheet, "2,039 GB/s".
+A100_80GB_HBM_BYTES_PER_S = 2039e9
+#: NVLink 3 bandwidth per GPU and direction, bytes/s. Source: A100 datasheet, "NVLink 600 GB/s"
+#: is the bidirectional total of 12 links × 25 GB/s per direction; one direction is 300 GB/s.
+NVLINK_BYTES_PER_S = 300e9
+#: PCIe 4.0 x16 host↔device bandwidth, bytes/s, effective. Source: PCIe 4.0 x16 is 31.5 GB/s
+#: raw per direction (PCI-SIG, 16 GT/s × 16 lanes, 128b/130b); pinned-memory cudaMemcpy
+#: reaches about 25 GB/s in practice (CUDA bandwidthTest on A100 systems), which we use.
+PCIE4_X16_BYTES_PER_S = 25e9
+
+#: Fraction of peak HBM bandwidth a large streaming read achieves. Assumption: STREAM-style
+#: copy kernels on A100 reach roughly 80–90% of the datasheet bandwidth; we take 0.8.
+MEMORY_EFFICIENCY = 0.8
+#: Fraction of peak Tensor Core FLOP/s large fp16 GEMMs achieve. Assumption: cuBLAS GEMMs of
+#: transformer shapes reach about 60–80% of 312 TFLOP/s; we take 0.6 (serving shapes are skinny).
+COMPUTE_EFFICIENCY = 0.6
+#: Fraction of NVLink bandwidth a ring all-reduce achieves (NCCL "bus bandwidth"). Assumption:
+#: nccl-tests on DGX A100 report about 230–240 GB/s of 300; we take 0.8.
+NVLINK_EFFICIENCY = 0.8
+#: Latency of one all-reduce of a small message inside one NVLink node (seconds). Assumption:
+#: order of 10 µs for NCCL on NVLink/NVSwitch.
+ALLREDUCE_LATENCY_S = 10e-6
+#: Fixed per-iteration overhead (seconds): scheduling, preparing inputs, sampling, Python.
+#: Assumption, for a 2023 vLLM-like Python server without CUDA graphs.
+ITERATION_OVERHEAD_S = 1e-3
+#: Kernel-launch overhead per transformer layer per iteration (seconds). Assumption: about ten
+#: kernels per layer at roughly 4 µs each (typical CUDA launch latency without CUDA graphs).
+LAYER_LAUNCH_OVERHEAD_S = 40e-6
+#: Extra latency of the paged attention kernel over a contiguous one at block size 16. Source:
+#: the paper's own kernel measurement, §7.1 / Fig. 18a ("20–26% higher"); we take the low end.
+PAGED_KERNEL_OVERHEAD = 1.2
+#: Per-block overhead of the paged kernel, in token rows of equivalent memory traffic. Assumption:
+#: each block costs one dependent block-table load plus a partly used memory transaction, about
+#: one extra token row; it makes blocks below ~8 tokens slow (Fig. 18b's small-block side).
+PAGED_BLOCK_OVERHEAD_TOKENS = 1.0
+#: Issue latency of one host↔device cudaMemcpyAsync (seconds). Assumption: a few µs per copy;
+#: vLLM v0 issues one copy per block, per layer, for K and for V, so small blocks swap slowly.
+SWAP_COPY_LATENCY_S = 5e-6
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """A GPU server (Table 1).
+
+    Attributes:
+        name: e.g. ``"1xA100-40GB"``.
+        num_gpus: GPUs, all used for tensor parallelism (count).
+        peak_flops: dense fp16 FLOP/s per GPU.
+        hbm_bytes_per_s: HBM bandwidth per GPU (bytes/s).
+        nvlink_bytes_per_s: GPU↔GPU bandwidth per GPU and direction (bytes/s).
+        pcie_bytes_per_s: effective host↔device bandwidth per GPU (bytes/s).
+        kv_cache_bytes: KV cache memory of the whole server for the model it serves (bytes).
+    """
+
+    name: str
+    num_gpus: int
+    peak_flops: float
+    hbm_bytes_per_s: float
+    nvlink_bytes_per_s: float
+    pcie_bytes_per_s: float
+    kv_cache_bytes: int
+
+
+def _a100(num_gpus: int, hbm: float, kv_gib: float) -> ServerSpec:
+    size = "80GB" if hbm == A100_80GB_HBM_BYTES_PER_S else "40GB"
+    return ServerSpec(f"{num_gpus}xA100-{size}", num_gpus, A100_PEAK_FP16_FLOPS, hbm, NVLINK_BYTES_PER_S,
+                      PCIE4_X16_BYTES_PER_S, int(kv_gib * GiB))
+
+
+#: Table 1's servers, keyed by the model they serve. KV cache memory is Table 1's (12, 21 and
+#: 264 GB, read as GiB: 12 GiB / 800 KiB = 15.7K slots as in Table 1). LLaMA-13B's server is not
+#: stated; it has OPT-13B's size and KV bytes per token, so it gets the same 1×A100-40GB, 12 GiB.
+SERVERS: dict[str, ServerSpec] = {
+    "opt-13b": _a100(1, A100_40GB_HBM_BYTES_PER_S, 12),
+    "opt-66b": _a100(4, A100_40GB_HBM_BYTES_PER_S, 21),
+    "opt-175b": _a100(8, A100_80GB_HBM_BYTES_PER_S, 264),
+    "llama-13b": _a100(1, A100_40GB_HBM_BYTES_PER_S, 12),
+}
+PRESETS = tuple(SERVERS)
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Per-iteration time of ``model`` on ``server`` (module docstring), in seconds.
+
+    Call it with a :class:`~paged.core.scheduler.SchedulerOutputs` to get that iteration's time
+    (this is the ``iteration_time`` callable of :func:`paged.sim.simulator.simulate`).
+
+    Args:
+        model: the model's shape.
+        server: the server.
+        block_size: KV block size of a paged system (tokens); sets the paged kernel's cost.
+        paged_kernel: True for the paged attention kernel (vLLM), False for a contiguous one
+            (Orca, FasterTransformer).
+    """
+
+    model: ModelSpec
+    server: ServerSpec
+    block_size: int = 16
+    paged_kernel: bool = True
+
+    # -- derived constants ------------------------------------------------------------
+    @property
+    def num_kv_slots(self) -> int:
+        """KV token slots the server holds, whole blocks (tokens)."""
+        return kv_cache_slots(self.model, self.server.kv_cache_bytes, self.block_size)
+
+    @property
+    def _bw(self) -> float:
+        return self.server.hbm_bytes_per_s * MEMORY_EFFICIENCY
+
+    def _linear_time(self, num_tokens: int, num_logits: int) -> float:
+        """Roofline time of every weight matrix for ``num_tokens`` tokens (seconds)."""
+        m, g = self.model, self.server.num_gpus
+        embed = m.vocab_size * m.hidden_size
+        flops = 2 * (m.num_params - embed) * num_tokens + 2 * embed * num_logits
+        compute = flops / g / (self.server.peak_flops * COMPUTE_EFFICIENCY)
+        memory = m.weight_bytes / g / self._bw
+        return compute if compute > memory else memory
+
+    def _fixed_time(self, num_tokens: int) -> float:
+        """Overheads and tensor-parallel all-reduces for an iteration of ``num_tokens`` tokens."""
+        m, g = self.model, self.server.num_gpus
+        t = ITERATION_OVERHEAD_S + m.num_layers * LAYER_LAUNCH_OVERHEAD_S
+        if g > 1:
+            per_allreduce = (2 * (g - 1) / g * num_tokens * m.hidden_size * m.dtype_bytes
+                             / (self.server.nvlink_bytes_per_s * NVLINK_EFFICIENCY) + ALLREDUCE_LATENCY_S)
+            t += 2 * m.num_layers * per_allreduce
+        return t
+
+    @property
+    def attention_slowdown(self) -> float:
+        """Paged-kernel attention time ÷ contiguous-kernel attention time (≥ 0.9)."""
+        if not self.paged_kernel:
+            return 1.0
+        c = PAGED_BLOCK_OVERHEAD_TOKENS
+        return PAGED_KERNEL_OVERHEAD * (1 + c / self.block_size) / (1 + c / 16)
+
+    # -- iterations -------------------------------------------------------------------
+    def decode_time(self, num_seqs: int, context_tokens: int) -> float:
+        """Seconds for one decode iteration of ``num_seqs`` sequences whose contexts total
+        ``context_tokens`` tokens (each sequence reads its whole KV cache once).
+
+        Linear in ``context_tokens`` for a fixed ``num_seqs``, which lets the simulator sum a
+        run of decode iterations exactly.
+        """
+        m, g = self.model, self.server.num_gpus
+        kv_read = context_tokens * m.kv_bytes_per_token / g / self._bw * self.attention_slowdown
+        return self._linear_time(num_seqs, num_seqs) + self._fixed_time(num_seqs) + kv_read
+
+    def prefill_time(self, prompt_lens: list[int]) -> float:
+        """Seconds for one prefill iteration over prompts of ``prompt_lens`` tokens each
+        (a recomputation passes prompt + generated tokens)."""
+        m, g = self.model, self.server.num_gpus
+        n = sum(prompt_lens)
+        attn_flops = sum(2 * m.num_layers * m.hidden_size * p * p for p in prompt_lens)
+        attn = attn_flops / g / (self.server.peak_flops * COMPUTE_EFFICIENCY)
+        kv_write = n * m.kv_bytes_per_token / g / self._bw
+        return self._linear_time(n, len(prompt_lens)) + attn + kv_write + self._fixed_time(n)
+
+    def swap_time(self, num_blocks: int, block_size: int | None = None) -> float:
+        """Seconds to move ``num_blocks`` KV blocks one way over PCIe (§4.5, Fig. 19a).
+
+        One copy per block, per layer, for K and for V (vLLM v0's swap), each
+        ``SWAP_COPY_LATENCY_S`` plus its bytes at the effective PCIe bandwidth; GPUs of a
+        tensor-parallel server swap their shares in parallel.
+        """
+        if num_blocks <= 0:
+            return 0.0
+        m, g = self.model, self.server.num_gpus
+        bs = self.block_size if block_size is None else block_size
+        copy_bytes = bs * m.num_kv_heads * m.head_size * m.dtype_bytes / g
+        copies = num_blocks * m.num_layers * 2
+        return copies * (SWAP_COPY_LATENCY_S + copy_bytes / self.server.pcie_bytes_per_s)
+
+    def recompute_time(self, num_tokens: int) -> float:
+        """Seconds to recompute the KV of one ``num_tokens``-token sequence (a prefill)."""
+        return self.prefill_time([num_tokens])
+
+    def __call__(self, outputs: SchedulerOutputs) -> float:
+        """Seconds for the iteration the scheduler chose, swaps included (before the step)."""
+        running = SequenceStatus.RUNNING
+        t = self.swap_time(len(outputs.blocks_to_swap_in)) + self.swap_time(len(outputs.blocks_to_swap_out))
+        if outputs.is_prefill:
+            lens = [s.num_tokens for g in outputs.scheduled_seq_groups for s in g.seqs if s.status is running]
+            return t + self.prefill_time(lens)
+        num_seqs = context = 0
+        for group in outputs.scheduled_seq_groups:
+            for seq in group.seqs:
+                if seq.status is running:
+                    num_seqs += 1
+                    context += seq.num_tokens
+        return t + self.decode_time(num_seqs, context)
+
+
+def get_cost_model(model: str, *, block_size: int = 16, paged_kernel: bool = True) -> CostModel:
+    """The cost model of a Table 1 preset (``opt-13b``, ``opt-66b``, ``opt-175b``, ``llama-13b``).
+
+    Raises:
+        ValueError: for an unknown model.
+    """
+    spec = get_model(model)
+    return CostModel(spec, SERVERS[spec.name], block_size, paged_kernel)

@@ -1,0 +1,97 @@
+"""Fast-forward a run of decode iterations in which nothing changes (simulator speed, §6).
+
+Most simulated iterations are decodes of the same batch: every running sequence gains one token,
+and nothing else happens. :func:`decode_run` takes a decode iteration the scheduler has just set
+up and applies it together with the following ``k - 1`` iterations of the same batch, as long
+as, before each of those iterations, the step-by-step loop would have made exactly the same
+decision:
+
+* no request arrives (the clock is advanced iteration by iteration, with the same float
+  additions as the step-by-step loop, and stops as soon as an arrival is due);
+* no sequence finishes before the last iteration of the run (finishing in the last is fine);
+* every block-boundary crossing finds a free block (so no preemption; allocations only shrink
+  the free pool, so a waiting or swapped request that did not fit still does not fit);
+* nothing was preempted, swapped or copied in the first iteration.
+
+Then each sequence gains ``k`` tokens with one ``append_slots`` call, and the memory breakdown
+that the step-by-step loop would have recorded at each of the ``k`` iterations is summed in
+closed form (integers, so exactly). Both the block limit and the closed form belong to the KV
+cache manager (``decode_run_limit``, ``decode_run_usage`` of :class:`paged.core.KVCacheManager`),
+so this module knows no manager's insides. Runs need one running sequence per group (no shared
+blocks); otherwise the caller steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from paged.core.scheduler import Scheduler, SchedulerOutputs
+
+__all__ = ["decode_run"]
+
+
+def decode_run(
+    scheduler: Scheduler,
+    outputs: SchedulerOutputs,
+    decode_time: Callable[[int, int], float],
+    now: float,
+    next_arrival_time: float,
+    memory=None,
+) -> tuple[float, int] | None:
+    """Apply the scheduled decode iteration and every following one that would be identical.
+
+    Args:
+        scheduler: the scheduler that produced ``outputs`` (its manager is used).
+        outputs: a decode iteration just returned by ``scheduler.schedule()``.
+        decode_time: ``decode_time(num_seqs, context_tokens) -> seconds`` of one iteration.
+        now: the clock when the first iteration starts (seconds).
+        next_arrival_time: when the next request arrives (seconds; ``inf`` if none).
+        memory: a :class:`paged.core.metrics.MemoryStats` to add the run's breakdown to, or None.
+
+    Returns:
+        ``(clock after the run, k iterations applied)``; finished sequences are finished
+        (``finish_seq``) but their groups are left for ``free_finished_seq_groups``. ``None``
+        (nothing changed) if the iteration is not eligible: it preempted, swapped or copied,
+        or a group has several sequences.
+    """
+    if outputs.preempted or outputs.blocks_to_swap_in or outputs.blocks_to_swap_out or outputs.blocks_to_copy:
+        return None
+    manager = scheduler.kv_manager
+    groups = outputs.scheduled_seq_groups
+    seqs = []
+    kmax = None
+    for group in groups:
+        if len(group.seqs) != 1:
+            return None
+        seq = group.seqs[0]
+        seqs.append(seq)
+        left = group.output_len - seq.num_generated
+        if kmax is None or left < kmax:
+            kmax = left
+    num_seqs = len(seqs)
+    ns = [seq.num_tokens for seq in seqs]
+    kmax = manager.decode_run_limit(seqs, kmax)
+    # The clock, iteration by iteration, exactly as the step-by-step loop adds it.
+    context = sum(ns)
+    k = 0
+    first_end = None
+    while True:
+        now += decode_time(num_seqs, context)
+        k += 1
+        if first_end is None:
+            first_end = now
+        if k >= kmax or next_arrival_time <= now:
+            break
+        context += num_seqs
+    if memory is not None:
+        memory.add_usage(manager.decode_run_usage(groups, ns, k), k)
+    for group, seq in zip(groups, seqs):
+        seq.num_generated += k - 1
+        if k > 1:
+            manager.append_slots(seq)  # room for the last iteration's tokens, in one call
+        seq.append_token()
+        if group.first_token_time is None:
+            group.first_token_time = first_end
+        if seq.num_generated >= group.output_len:
+            scheduler.finish_seq(seq)
+    return now, k

@@ -1,0 +1,135 @@
+"""Model shapes and the KV cache capacity they imply (paper §3, Table 1).
+
+KV bytes per token = 2 (K and V) × layers × KV heads × head size × bytes per element. Each preset
+is derived from the model's published Hugging Face configuration (:data:`PUBLISHED_CONFIGS`, the
+``config.json`` values of facebook/opt-13b, -66b, -175b's published shape and huggyllama/llama-13b)
+by :func:`spec_from_config`, the same function that reads a transformers config object; a test
+builds the transformers config classes from the same values and checks they give the same specs.
+So no weights, no hub downloads and no transformers import are involved (``python -m paged
+simulate`` starts in well under a second).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+__all__ = ["ModelSpec", "MODELS", "PUBLISHED_CONFIGS", "get_model", "kv_cache_slots", "spec_from_config", "GiB"]
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """The shape of a decoder-only transformer, as far as serving cares.
+
+    Attributes:
+        name: preset name, e.g. ``"opt-13b"``.
+        num_layers, hidden_size, num_heads, num_kv_heads, head_size: architecture.
+        intermediate_size: MLP width.
+        vocab_size: vocabulary (tokens).
+        num_params: parameters (count).
+        dtype_bytes: bytes per weight / KV element (2 for fp16).
+        max_seq_len: maximum sequence length (tokens).
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    intermediate_size: int
+    vocab_size: int
+    num_params: int
+    dtype_bytes: int = 2
+    max_seq_len: int = 2048
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V one token occupies across all layers (bytes)."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_size * self.dtype_bytes
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weights (bytes)."""
+        return self.num_params * self.dtype_bytes
+
+
+def spec_from_config(name: str, config, max_seq_len: int = 2048) -> ModelSpec:
+    """A :class:`ModelSpec` from a transformers-style config (OPT or Llama attribute names).
+
+    ``config`` is a ``transformers`` config object or anything with the same attributes
+    (``hidden_size``, ``num_attention_heads``, ``num_hidden_layers``, ``vocab_size``, ``ffn_dim`` (OPT)
+    or ``intermediate_size`` and ``num_key_value_heads`` (Llama)). Parameters count the attention and
+    MLP matrices of every layer plus the embedding (biases and norms are left out: < 0.1%).
+    """
+    hidden = config.hidden_size
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    layers = config.num_hidden_layers
+    inter = getattr(config, "ffn_dim", None) or config.intermediate_size
+    vocab = config.vocab_size
+    head = hidden // heads
+    gated = hasattr(config, "num_key_value_heads")  # Llama's SwiGLU MLP has three matrices
+    attn = hidden * head * (heads + 2 * kv_heads) + heads * head * hidden
+    mlp = (3 if gated else 2) * hidden * inter
+    params = layers * (attn + mlp) + vocab * hidden
+    return ModelSpec(name, layers, hidden, heads, kv_heads, head, inter, vocab, params, 2, max_seq_len)
+
+
+def _opt(layers: int, hidden: int, heads: int) -> dict:
+    return {"model_type": "opt", "num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+            "ffn_dim": 4 * hidden, "vocab_size": 50272, "max_position_embeddings": 2048}
+
+
+#: The published Hugging Face ``config.json`` values of each preset (OPT: Zhang et al. 2022, Table 1
+#: shapes as in facebook/opt-*; LLaMA-13B: Touvron et al. 2023, as in huggyllama/llama-13b).
+PUBLISHED_CONFIGS: dict[str, dict] = {
+    "opt-13b": _opt(40, 5120, 40),
+    "opt-66b": _opt(64, 9216, 72),
+    "opt-175b": _opt(96, 12288, 96),
+    "llama-13b": {"model_type": "llama", "num_hidden_layers": 40, "hidden_size": 5120, "num_attention_heads": 40,
+                  "num_key_value_heads": 40, "intermediate_size": 13824, "vocab_size": 32000,
+                  "max_position_embeddings": 2048},
+}
+
+
+def _presets() -> dict[str, ModelSpec]:
+    return {name: spec_from_config(name, SimpleNamespace(**{k: v for k, v in values.items() if k != "model_type"}))
+            for name, values in PUBLISHED_CONFIGS.items()}
+
+
+MODELS: dict[str, ModelSpec] = {}
+
+
+def get_model(name: str) -> ModelSpec:
+    """The preset :class:`ModelSpec` called ``name`` (opt-13b, opt-66b, opt-175b, llama-13b).
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    if not MODELS:
+        MODELS.update(_presets())
+    try:
+        return MODELS[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}") from None
+
+
+def kv_cache_slots(model: ModelSpec, kv_cache_bytes: int, block_size: int = 1) -> int:
+    """Token slots a KV cache of ``kv_cache_bytes`` holds, rounded down to whole blocks.
+
+    Example: OPT-13B (800 KiB per token) with 12 GiB holds 15,728 slots (the paper rounds to
+    15.7K); in 16-token blocks, 983 blocks = 15,728 slots.
+
+    Raises:
+        ValueError: if the budget holds no block at all.
+    """
+    blocks = kv_cache_bytes // (model.kv_bytes_per_token * block_size)
+    if blocks < 1:
+        raise ValueError(
+            f"a KV cache of {kv_cache_bytes} bytes holds no {block_size}-token block of "
+            f"{model.name} ({model.kv_bytes_per_token} bytes per token)"
+        )
+    return blocks * block_size

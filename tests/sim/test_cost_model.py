@@ -1,0 +1,66 @@
+"""Sanity of the GPU cost model (paged.sim.cost_model): times grow with batch, context and model size."""
+
+import pytest
+
+from paged.sim.cost_model import SERVERS, get_cost_model
+from paged.core.scheduler import SchedulerOutputs
+from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
+
+
+@pytest.fixture(scope="module")
+def opt13b():
+    return get_cost_model("opt-13b")
+
+
+def test_table1_capacity():
+    assert get_cost_model("opt-13b").num_kv_slots == 15_728  # Table 1: 15.7K
+    assert abs(get_cost_model("opt-175b").num_kv_slots - 60_100) < 100  # Table 1: 60.1K
+    assert SERVERS["opt-66b"].num_gpus == 4 and SERVERS["opt-175b"].num_gpus == 8
+
+
+def test_decode_grows_with_batch_and_context(opt13b):
+    assert opt13b.decode_time(8, 8 * 100) < opt13b.decode_time(64, 64 * 100) < opt13b.decode_time(256, 256 * 100)
+    assert opt13b.decode_time(8, 1000) < opt13b.decode_time(8, 10_000)
+
+
+def test_decode_is_linear_in_context(opt13b):
+    a, b, c = (opt13b.decode_time(16, s) for s in (1000, 2000, 3000))
+    assert b - a == pytest.approx(c - b, rel=1e-9)
+
+
+def test_prefill_costs_more_than_one_decode_step(opt13b):
+    for n in (128, 512, 1024):  # (at ~16 tokens both are one weight read: about equal)
+        assert opt13b.prefill_time([n]) > opt13b.decode_time(1, n)
+    assert opt13b.prefill_time([512]) < opt13b.prefill_time([1024]) < opt13b.prefill_time([1024, 1024])
+
+
+def test_bigger_models_are_slower_per_token():
+    times = [get_cost_model(m).decode_time(32, 32 * 300) for m in ("opt-13b", "opt-66b", "opt-175b")]
+    assert times[0] < times[1] < times[2]
+
+
+def test_swap_small_blocks_slow_recompute_flat(opt13b):
+    tokens = 1024
+    swap = {bs: opt13b.swap_time(tokens // bs, bs) for bs in (1, 16, 256)}
+    assert swap[1] > 5 * swap[16] > 5 * swap[256] / 5
+    assert opt13b.recompute_time(tokens) == opt13b.prefill_time([tokens])
+
+
+def test_paged_kernel_overhead_and_block_size():
+    paged16 = get_cost_model("opt-13b", block_size=16)
+    contiguous = get_cost_model("opt-13b", paged_kernel=False)
+    assert paged16.attention_slowdown == pytest.approx(1.2)
+    assert contiguous.attention_slowdown == 1.0
+    assert get_cost_model("opt-13b", block_size=1).attention_slowdown > paged16.attention_slowdown
+
+
+def test_call_matches_decode_time(opt13b):
+    group = SequenceGroup(0, 0.0, [Sequence(0, 100, num_generated=5, status=SequenceStatus.RUNNING)], 50)
+    outputs = SchedulerOutputs([group], is_prefill=False)
+    assert opt13b(outputs) == opt13b.decode_time(1, 105)
+    assert opt13b(SchedulerOutputs([group], is_prefill=True)) == opt13b.prefill_time([105])
+
+
+def test_unknown_model():
+    with pytest.raises(ValueError, match="unknown model"):
+        get_cost_model("gpt-5")

@@ -1,0 +1,70 @@
+"""Helpers shared by test modules (importable as ``support``: ``tests/conftest.py`` puts this folder on the path)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def tiny_llama(seed: int = 0, vocab: int = 256, head_dim: int = 64) -> LlamaForCausalLM:
+    """A 2-layer random Llama with GQA (4 query heads, 2 KV heads), fp32."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=4 * head_dim, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=256,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = LlamaForCausalLM(cfg).eval()
+    model.generation_config.eos_token_id = None  # random models: stop on length unless a test sets EOS
+    return model
+
+
+#: Where kernel tests put their tensors: CUDA when Triton runs compiled, the CPU under its interpreter.
+KERNEL_DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+#: Kernel test context lengths (tokens): inside, at and across block boundaries, and long.
+CONTEXT_LENS = (1, 15, 16, 17, 33, 1000)
+#: (atol, rtol) of a kernel's output against the fp32 reference, per dtype.
+TOLERANCE = {torch.float32: (1e-5, 1e-4), torch.float16: (2e-3, 1e-2), torch.bfloat16: (1.6e-2, 1.6e-2)}
+FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
+
+
+def make_case(context_lens, block_size, head_size, num_heads, num_kv_heads, dtype, seed=0, device=None):
+    """Random query and paged caches; everything a sequence does not own is NaN.
+
+    Returns ``(query, key_cache, value_cache, block_tables, context_lens)`` with int32 tables, on
+    ``device`` (default: CUDA when the Triton kernels run compiled, else the CPU).
+    """
+    device = device or KERNEL_DEVICE
+    gen = torch.Generator().manual_seed(seed)
+    blocks_per_seq = [-(-n // block_size) for n in context_lens]
+    num_blocks = 4 * sum(blocks_per_seq) + 16  # a pool much larger than needed
+    max_blocks = max(blocks_per_seq) + 2  # at least two padding entries per row
+    shape = (num_blocks, block_size, num_kv_heads, head_size)
+    key_cache = torch.full(shape, float("nan"), dtype=dtype)
+    value_cache = torch.full(shape, float("nan"), dtype=dtype)
+    perm = torch.randperm(num_blocks, generator=gen)
+    used, spare = perm[: sum(blocks_per_seq)], perm[sum(blocks_per_seq):]
+    block_tables = torch.empty(len(context_lens), max_blocks, dtype=torch.int32)
+    start = 0
+    for seq, (n_tokens, n_blocks) in enumerate(zip(context_lens, blocks_per_seq)):
+        blocks = used[start:start + n_blocks]
+        start += n_blocks
+        # Padding: NaN-filled spare blocks on even columns, far out-of-range ids on odd ones.
+        pad = torch.where(torch.arange(max_blocks) % 2 == 0, spare[torch.arange(max_blocks) % len(spare)],
+                          torch.tensor(2**30))
+        block_tables[seq] = pad.to(torch.int32)
+        block_tables[seq, :n_blocks] = blocks.to(torch.int32)
+        slots = blocks.repeat_interleave(block_size) * block_size + torch.arange(block_size).repeat(n_blocks)
+        slots = slots[:n_tokens]
+        for cache in (key_cache, value_cache):
+            flat = cache.view(-1, num_kv_heads, head_size)
+            flat[slots] = torch.randn(n_tokens, num_kv_heads, head_size, generator=gen).to(dtype)
+    query = torch.randn(len(context_lens), num_heads, head_size, generator=gen).to(dtype)
+    lens = torch.tensor(context_lens, dtype=torch.int32)
+    return tuple(t.to(device) for t in (query, key_cache, value_cache, block_tables, lens))
+
+
+def assert_close(out, ref, dtype):
+    atol, rtol = TOLERANCE[dtype]
+    assert out.dtype == dtype and not torch.isnan(out).any()
+    torch.testing.assert_close(out.float().cpu(), ref.float().cpu(), atol=atol, rtol=rtol)

@@ -1,0 +1,138 @@
+"""The package's shape: the paper's layers, imports that point one way, no cycles (DESIGN.md).
+
+Every ``import`` and ``from ... import`` of every module under ``paged/`` is read with ``ast`` (module
+level, inside functions and under ``TYPE_CHECKING`` alike: a lazy import is still a dependency), and
+each one that names another part of ``paged`` must point to a lower layer of :data:`LAYERS` or stay
+inside its own package; the import graph between modules must have no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "paged"
+
+#: Bottom to top. A module may import from its own package or from any package of a lower rank.
+LAYERS = [
+    ("paged.workloads", "paged.core"),  # traces; sequences, the KV cache manager interface, the scheduler
+    ("paged.block", "paged.contiguous"),  # the paged manager; the Orca baselines
+    ("paged.systems", "paged.kernels"),  # the system registry and manager factory; attention kernels
+    ("paged.sim", "paged.engine"),  # the two executors
+    ("paged.experiments", "paged.tools"),  # notebook drivers, figures; model training
+    ("paged.cli",),  # python -m paged
+    ("paged.bench", "paged.__main__", "paged"),  # benchmarks (they reuse the CLI's helpers), the package face
+]
+RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _owner(module: str) -> str:
+    """The layer entry a module belongs to (``paged.block.manager`` -> ``paged.block``)."""
+    while module not in RANK:
+        module = module.rsplit(".", 1)[0]
+    return module
+
+
+def _imports(module: str) -> set[str]:
+    """The ``paged`` modules ``module`` imports (a ``from pkg import sub`` of a submodule counts as ``sub``)."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative import
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            subs = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in MODULES]
+            found.update(subs if len(subs) == len(node.names) else subs + [base])
+    return {m for m in found if m == "paged" or m.startswith("paged.")}
+
+
+GRAPH = {module: _imports(module) for module in MODULES}
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        assert _owner(module) in RANK
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down_the_layers(module):
+    own = _owner(module)
+    for target in GRAPH[module]:
+        assert target in MODULES, f"{module} imports {target}, which does not exist"
+        other = _owner(target)
+        if other == own:
+            continue
+        assert RANK[other] < RANK[own], (
+            f"{module} (layer {RANK[own]}: {own}) imports {target} (layer {RANK[other]}: {other}): "
+            f"imports must point down {[list(layer) for layer in LAYERS]}")
+
+
+def test_no_import_cycle():
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in GRAPH[v]:
+                cycles.append(sorted(component))
+
+    for module in sorted(GRAPH):
+        if module not in index:
+            visit(module)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_a_handful_of_modules_at_the_top():
+    top = sorted(p.name for p in ROOT.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "cli.py", "systems.py"]
+
+
+def test_the_simulator_path_imports_neither_torch_nor_transformers():
+    """``python -m paged simulate`` must start fast: nothing it imports may pull in torch."""
+    heavy = {"torch", "transformers", "triton", "matplotlib", "seaborn"}
+    seen, todo = set(), ["paged.cli", "paged.experiments.serving", "paged.sim", "paged.sim.simulator"]
+    third_party = set()
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        path = MODULES[module]
+        tree = ast.parse(path.read_text())
+        for node in tree.body:  # module level only: function-level imports run when called
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            third_party.update(n.split(".")[0] for n in names if not n.startswith("paged"))
+        todo += [m for m in GRAPH[module] if m not in seen]
+        parts = module.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # parent packages run first
+    assert not third_party & heavy, sorted(third_party & heavy)

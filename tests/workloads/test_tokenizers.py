@@ -1,0 +1,30 @@
+"""Offline token counts (:mod:`paged.workloads.tokenizers`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from paged.workloads import count_tokens
+
+LONG_Q = "please explain how paged attention stores the key value cache in blocks"
+LONG_A = "it splits the cache into fixed size blocks and maps them through a block table per sequence"
+
+
+def test_cl100k_counts_without_special_tokens():
+    counts = count_tokens(["Hello world", "", "a b c"])
+    assert counts.tolist() == [2, 0, 3] and counts.dtype.name == "int64"
+
+
+def test_hf_tokenizer_directory(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    words = sorted(set((LONG_Q + " " + LONG_A).split()))
+    model = tokenizers.models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, unk_token="[UNK]")
+    tok = tokenizers.Tokenizer(model)
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
+    assert count_tokens([LONG_Q, ""], tmp_path / "tok").tolist() == [len(LONG_Q.split()), 0]
+    with pytest.raises(ValueError, match="unknown tokenizer"):
+        count_tokens(["a"], "gpt7")
+    with pytest.raises(FileNotFoundError):
+        count_tokens(["a"], tmp_path / "missing")
