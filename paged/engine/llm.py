@@ -21,7 +21,6 @@ requests of every decoding mode batched together (continuous batching, §4.5).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +31,12 @@ from tqdm.auto import tqdm
 from paged.core.checks import as_token_ids
 from paged.core.scheduler import PREEMPTION_MODES, Scheduler
 from paged.core.sequence import Sequence, SequenceGroup
+from paged.core.serving_loop import ServingLoop
 from paged.engine.kv_cache import PagedKVCache
 from paged.engine.model_runner import ModelRunner, model_kv_shape
 from paged.engine.sampling import SamplingParams
 from paged.engine.sequence_group import EngineSequenceGroup
-from paged.engine.step import EngineStats, run_step
+from paged.engine.executor import EngineStats, ModelExecutor
 from paged.systems import get_system, make_kv_manager, system_names
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "KV_MANAGERS"]
@@ -182,6 +182,7 @@ class LLM:
         self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
         self._next_seq_id = 0
         self.last_stats: EngineStats | None = None
+        self.last_result = None
 
     # -- requests -------------------------------------------------------------------------
     def _tokenize(self, prompt) -> tuple[str | None, list[int]]:
@@ -196,7 +197,8 @@ class LLM:
             raise ValueError(f"prompt token ids {bad[:5]} outside the vocabulary [0, {vocab})")
         return None, ids
 
-    def _make_group(self, request_id: int, prompt_ids: list[int], params: SamplingParams) -> SequenceGroup:
+    def _make_group(self, request_id: int, prompt_ids: list[int], params: SamplingParams,
+                    arrival_time: float) -> SequenceGroup:
         if not prompt_ids:
             raise ValueError(f"prompt {request_id} is empty (0 tokens)")
         total = len(prompt_ids) + params.max_tokens
@@ -210,7 +212,7 @@ class LLM:
         for _ in range(num_seqs):
             seqs.append(Sequence(self._next_seq_id, len(prompt_ids), token_ids=list(prompt_ids)))
             self._next_seq_id += 1
-        return EngineSequenceGroup(request_id, float(request_id), seqs, params.max_tokens, sampling_params=params,
+        return EngineSequenceGroup(request_id, arrival_time, seqs, params.max_tokens, sampling_params=params,
                                    max_num_seqs=params.beam_width if params.use_beam_search else 0)
 
     def new_seq_id(self) -> int:
@@ -220,44 +222,52 @@ class LLM:
 
     # -- the loop ---------------------------------------------------------------------------
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
-                 use_tqdm: bool | None = None) -> list[RequestOutput]:
+                 arrival_times: list[float] | None = None, use_tqdm: bool | None = None) -> list[RequestOutput]:
         """Generate completions for every prompt (continuous batching, §4.5).
+
+        The requests are served by the serving loop the simulator also runs
+        (:class:`paged.core.serving_loop.ServingLoop`) with this engine's :class:`ModelExecutor`.
 
         Args:
             prompts: a string, a list of strings, or a list of token-id lists.
             sampling_params: one for all prompts or one per prompt (default ``SamplingParams()``).
+            arrival_times: when each request arrives (seconds after the call starts, non-decreasing);
+                default: all at once (0.0). The engine sleeps while no request has arrived.
             use_tqdm: progress bar over requests (default: on for more than 32 prompts).
 
         Returns:
-            one :class:`RequestOutput` per prompt, in order. ``self.last_stats`` holds the run's
-            per-step statistics (:class:`paged.engine.step.EngineStats`).
+            one :class:`RequestOutput` per prompt, in order (its ``metrics`` times in seconds since the
+            call started). ``self.last_stats`` holds the run's per-step statistics
+            (:class:`paged.engine.executor.EngineStats`), ``self.last_result`` the loop's
+            :class:`~paged.core.serving_loop.ServingResult`.
 
         Raises:
-            ValueError: empty prompt, ``max_tokens`` < 1, a request longer than ``max_model_len``.
+            ValueError: empty prompt, ``max_tokens`` < 1, a request longer than ``max_model_len``, bad
+                arrival times.
             TypeError: a token-id prompt with non-integer ids (e.g. floats).
             paged.core.kv_cache_manager.RequestTooLargeError: a request larger than the whole KV cache.
         """
-        scheduler, groups, texts = self.add_requests(prompts, sampling_params)
-        stats = EngineStats(self.kv_cache.num_blocks * self.block_size, self.bytes_per_slot)
-        show = len(groups) > 32 if use_tqdm is None else use_tqdm
-        start = time.perf_counter()
-        with tqdm(total=len(groups), disable=not show, desc="generate", unit="req") as bar:
-            while scheduler.has_unfinished_seqs():
-                finished = run_step(self, scheduler, stats)
-                bar.update(len(finished))
-        stats.elapsed = time.perf_counter() - start
-        stats.num_preemptions = scheduler.num_preemptions
-        self.last_stats = stats
-        return [self._output(group, text) for group, text in zip(groups, texts)]
+        loop, texts = self.serving_loop(prompts, sampling_params, arrival_times=arrival_times)
+        show = len(loop.groups) > 32 if use_tqdm is None else use_tqdm
+        with tqdm(total=len(loop.groups), disable=not show, desc="generate", unit="req") as bar:
+            loop.on_finish = lambda groups: bar.update(len(groups))
+            result = loop.run()
+        stats = loop.executor.stats
+        stats.elapsed = result.duration
+        stats.num_preemptions = result.num_preemptions
+        self.last_stats, self.last_result = stats, result
+        return [self._output(group, text) for group, text in zip(loop.groups, texts)]
 
-    def add_requests(self, prompts, sampling_params=None) -> tuple[Scheduler, list[SequenceGroup], list[str | None]]:
-        """Tokenize and check every prompt, then queue all of them on a fresh scheduler.
+    def serving_loop(self, prompts, sampling_params=None, *,
+                     arrival_times: list[float] | None = None) -> tuple[ServingLoop, list[str | None]]:
+        """Tokenize and check every prompt, then set up the serving loop over a fresh scheduler.
 
-        Used by :meth:`generate`; tests and notebooks call it with :func:`paged.engine.step.run_step` to
-        watch individual iterations. Nothing is queued if any request is bad.
+        Used by :meth:`generate`; tests and notebooks call ``loop.step()`` to watch individual
+        iterations (``loop.scheduler``, ``loop.executor.stats``). Nothing is queued if any request is
+        bad (all or nothing).
 
         Returns:
-            ``(scheduler, groups, prompt_texts)``.
+            ``(loop, prompt_texts)``; ``loop.groups`` are the requests' sequence groups, in prompt order.
 
         Raises:
             as :meth:`generate`.
@@ -270,22 +280,29 @@ class LLM:
         params_list = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"{len(params_list)} SamplingParams for {len(prompts)} prompts")
-        scheduler = Scheduler(self.kv_manager, max_num_seqs=self.max_num_seqs,
-                              max_num_batched_tokens=self.max_num_batched_tokens, preemption_mode=self.preemption)
+        times = [0.0] * len(prompts) if arrival_times is None else [float(t) for t in arrival_times]
+        if len(times) != len(prompts):
+            raise ValueError(f"{len(times)} arrival times for {len(prompts)} prompts")
+        if any(not 0 <= t < float("inf") for t in times) or any(a > b for a, b in zip(times, times[1:])):
+            raise ValueError("arrival_times must be finite, ≥ 0 seconds and non-decreasing")
         texts, groups = [], []
-        for i, (prompt, params) in enumerate(zip(prompts, params_list)):
+        for i, (prompt, params, arrival) in enumerate(zip(prompts, params_list, times)):
             if not isinstance(params, SamplingParams):
                 raise TypeError(f"sampling_params must be SamplingParams, got {type(params).__name__}")
             text, ids = self._tokenize(prompt)
-            groups.append(self._make_group(i, ids, params))
+            groups.append(self._make_group(i, ids, params, arrival))
             texts.append(text)
-        check = Scheduler(self.kv_manager, max_num_seqs=self.max_num_seqs,
-                          max_num_batched_tokens=self.max_num_batched_tokens, preemption_mode=self.preemption)
+        check = self._scheduler()
         for group in groups:  # validation only (add_seq_group allocates nothing): all or nothing
             check.add_seq_group(group)
-        for group in groups:
-            scheduler.add_seq_group(group)
-        return scheduler, groups, texts
+        stats = EngineStats(self.kv_cache.num_blocks * self.block_size, self.bytes_per_slot)
+        executor = ModelExecutor(self.runner, self.kv_cache, self.kv_manager, self.eos_token_ids, self.new_seq_id,
+                                 stats)
+        return ServingLoop(self._scheduler(), executor, groups), texts
+
+    def _scheduler(self) -> Scheduler:
+        return Scheduler(self.kv_manager, max_num_seqs=self.max_num_seqs,
+                         max_num_batched_tokens=self.max_num_batched_tokens, preemption_mode=self.preemption)
 
     def _decode(self, ids: list[int]) -> str:
         return "" if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -295,7 +312,7 @@ class LLM:
         outputs = []
         if params.use_beam_search:
             for i, (score, ids) in enumerate(group.beam.finished[: params.n]):
-                reason = "stop" if ids and ids[-1] in self.stop_token_ids(params) else "length"
+                reason = "stop" if ids and ids[-1] in params.stop_ids(self.eos_token_ids) else "length"
                 outputs.append(CompletionOutput(i, ids, self._decode(ids), score, reason))
         else:
             for i, seq in enumerate(group.seqs):
@@ -308,9 +325,3 @@ class LLM:
             metrics["beam_history"] = group.beam_history
         return RequestOutput(group.request_id, text, group.seqs[0].token_ids[: group.prompt_len], outputs,
                              metrics=metrics)
-
-    def stop_token_ids(self, params: SamplingParams) -> frozenset[int]:
-        """Token ids that end a completion of a request with ``params``: its ``stop_token_ids`` and,
-        unless ``ignore_eos``, the model's end-of-sequence token(s)."""
-        stop = frozenset(params.stop_token_ids)
-        return stop if params.ignore_eos else stop | self.eos_token_ids

@@ -83,6 +83,12 @@ class SamplingParams:
         """True when ``beam_width`` > 1."""
         return self.beam_width > 1
 
+    def stop_ids(self, eos_token_ids: frozenset[int]) -> frozenset[int]:
+        """Token ids that end a completion: ``stop_token_ids`` and, unless ``ignore_eos``, the model's
+        end-of-sequence ids ``eos_token_ids``."""
+        stop = frozenset(self.stop_token_ids)
+        return stop if self.ignore_eos else stop | eos_token_ids
+
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
     """A ``torch.Generator`` on ``device`` seeded with ``seed`` (or a seed from torch's global RNG)."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pandas as pd
 
 from paged.sim.model_spec import GiB, get_model, kv_cache_slots
-from paged.sim.simulator import SimulationResult, simulate
+from paged.core.serving_loop import ServingResult
+from paged.sim.simulator import simulate
 from paged.systems import FIG2_SYSTEMS, make_kv_manager
 
 __all__ = [
@@ -45,14 +46,14 @@ def memory_waste(
     num_slots: int | None = None,
     block_size: int = 16,
     max_seq_len: int = 2048,
-) -> tuple[dict[str, float], SimulationResult]:
+) -> tuple[dict[str, float], ServingResult]:
     """Average share of KV memory in token states / reservation / internal / external (Fig. 2).
 
     Averaged over the iterations in which at least one request was waiting (the cache is the
     binding constraint then), each iteration weighted equally.
 
     Returns:
-        (fractions summing to 1, the :class:`SimulationResult`).
+        (fractions summing to 1, the :class:`~paged.core.serving_loop.ServingResult`).
 
     Raises:
         ValueError: for an unknown system, or if no iteration had a waiting request (the trace

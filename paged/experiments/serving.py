@@ -40,8 +40,9 @@ import pandas as pd
 
 from paged.core.metrics import request_metrics
 from paged.core.scheduler import PREEMPTION_MODES
+from paged.core.serving_loop import ServingResult
 from paged.sim.cost_model import CostModel, get_cost_model
-from paged.sim.simulator import SimulationResult, simulate
+from paged.sim.simulator import simulate
 from paged.sim.static_batching import simulate_static_batching
 from paged.systems import PAPER_SYSTEMS, get_system, make_kv_manager
 from paged.workloads import get_trace
@@ -77,7 +78,7 @@ def cost_model_for(model: str | CostModel, system: str, block_size: int = 16) ->
 
 
 def run_system(trace, system: str, model: str | CostModel = "opt-13b", *, block_size: int = 16,
-               preemption: str = "recompute") -> SimulationResult:
+               preemption: str = "recompute") -> ServingResult:
     """Serve ``trace`` with one of :data:`SYSTEMS` on a Table 1 server.
 
     Raises:
@@ -99,7 +100,7 @@ def run_system(trace, system: str, model: str | CostModel = "opt-13b", *, block_
                     max_num_batched_tokens=max(2048, max_len))
 
 
-def metrics(result: SimulationResult) -> dict[str, float]:
+def metrics(result: ServingResult) -> dict[str, float]:
     """Latency and throughput of a finished run (module docstring); times in seconds.
 
     Raises:

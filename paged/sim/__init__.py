@@ -3,7 +3,9 @@
 * :mod:`~paged.sim.model_spec`: model shapes and KV bytes per token (§3, Table 1);
 * :mod:`~paged.sim.cost_model`: how long an iteration takes on Table 1's A100 servers;
 * :mod:`~paged.sim.simulator`: :func:`simulate`, the real scheduler and KV cache managers with
-  simulated time; :mod:`~paged.sim.fast_forward` applies runs of identical decode steps at once;
+  simulated time, through the serving loop the real engine uses (:mod:`paged.core.serving_loop`)
+  with the :class:`~paged.sim.executor.SimulatedExecutor`; :mod:`~paged.sim.fast_forward` applies
+  runs of identical decode steps at once;
 * :mod:`~paged.sim.static_batching`: FasterTransformer's request-level batching (§6.1).
 
 Memory behaviour is never modelled: it is the real allocators'. Only time is.
@@ -11,6 +13,7 @@ Memory behaviour is never modelled: it is the real allocators'. Only time is.
 
 from paged.sim.cost_model import CostModel, get_cost_model
 from paged.sim.model_spec import ModelSpec, get_model
-from paged.sim.simulator import SimulationResult, simulate
+from paged.sim.executor import SimulatedExecutor
+from paged.sim.simulator import simulate
 
-__all__ = ["CostModel", "ModelSpec", "SimulationResult", "get_cost_model", "get_model", "simulate"]
+__all__ = ["CostModel", "ModelSpec", "SimulatedExecutor", "get_cost_model", "get_model", "simulate"]

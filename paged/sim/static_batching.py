@@ -10,13 +10,14 @@ reservations are fixed for its whole life, so this is its own loop over the cost
 
 from __future__ import annotations
 
+from paged.core.serving_loop import ServingResult
 from paged.sim.cost_model import CostModel
-from paged.sim.simulator import SimulationResult, groups_from_trace
+from paged.sim.simulator import groups_from_trace
 
 __all__ = ["simulate_static_batching"]
 
 
-def simulate_static_batching(trace, cost: CostModel, max_batch_size: int) -> SimulationResult:
+def simulate_static_batching(trace, cost: CostModel, max_batch_size: int) -> ServingResult:
     """FasterTransformer-style request-level batching (module docstring) on ``cost``.
 
     Args:
@@ -25,7 +26,7 @@ def simulate_static_batching(trace, cost: CostModel, max_batch_size: int) -> Sim
         max_batch_size: most requests per batch (requests).
 
     Returns:
-        A :class:`~paged.sim.simulator.SimulationResult` with every group's times set.
+        A :class:`~paged.core.serving_loop.ServingResult` with every group's times set.
 
     Raises:
         ValueError: if ``max_batch_size`` < 1 or a request exceeds the maximum sequence length.
@@ -38,7 +39,7 @@ def simulate_static_batching(trace, cost: CostModel, max_batch_size: int) -> Sim
         if g.prompt_len + g.output_len > limit or g.prompt_len < 1 or g.output_len < 1:
             raise ValueError(f"request {g.request_id!r}: prompt {g.prompt_len} + output {g.output_len} "
                              f"tokens must be ≥ 1 each and fit the {limit}-token maximum sequence length")
-    result = SimulationResult(groups)
+    result = ServingResult(groups)
     now, i, n = 0.0, 0, len(groups)
     while i < n:
         now = max(now, groups[i].arrival_time)

@@ -14,7 +14,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from paged.engine import LLM, SamplingParams
 from paged.core.kv_cache_manager import RequestTooLargeError
 from paged.engine.model_runner import ModelRunner
-from paged.engine.step import EngineStats, run_step
 
 MAX_TOKENS = 12
 PROMPT_LENS = (5, 17, 33, 1, 40, 9, 16)
@@ -110,11 +109,11 @@ def test_decode_reads_paged_attention_kernel_path(model):
 
 def test_step_by_step_stats(model, prompts):
     llm = LLM(model, block_size=16, num_gpu_blocks=64)
-    scheduler, groups, _ = llm.add_requests(prompts[:2], GREEDY)
-    stats = EngineStats(64 * 16, llm.bytes_per_slot)
-    run_step(llm, scheduler, stats)
+    loop, _ = llm.serving_loop(prompts[:2], GREEDY)
+    stats = loop.executor.stats
+    loop.step()
     assert stats.steps[0].is_prefill and stats.steps[0].num_tokens == PROMPT_LENS[0] + PROMPT_LENS[1]
-    run_step(llm, scheduler, stats)
+    loop.step()
     assert not stats.steps[1].is_prefill and stats.steps[1].num_tokens == 2
 
 

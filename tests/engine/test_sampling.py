@@ -9,7 +9,6 @@ from paged.engine import LLM, SamplingParams
 from paged.engine.beam_search import BeamSearchState, beam_search_step
 from paged.engine.sampling import make_generator, sample
 from paged.core.sequence import SequenceStatus
-from paged.engine.step import EngineStats, run_step
 from support import tiny_llama
 
 
@@ -74,22 +73,21 @@ def test_parallel_sampling_reproducible_and_shared(model, prompts):
 
 def test_prompt_blocks_shared_then_freed(model, prompts):
     llm = LLM(model, block_size=4, num_gpu_blocks=64)
-    scheduler, groups, _ = llm.add_requests([prompts[1]], SamplingParams(n=3, temperature=1.0, seed=0, max_tokens=6))
-    stats = EngineStats(64 * 4, llm.bytes_per_slot)
-    run_step(llm, scheduler, stats)  # prefill: the 17-token prompt once, in 5 blocks
+    loop, _ = llm.serving_loop([prompts[1]], SamplingParams(n=3, temperature=1.0, seed=0, max_tokens=6))
+    groups, stats = loop.groups, loop.executor.stats
+    loop.step()  # prefill: the 17-token prompt once, in 5 blocks
     manager, alloc = llm.kv_manager, llm.kv_manager.gpu_allocator
     tables = [manager.get_block_table(s) for s in groups[0].seqs]
     assert tables[0] == tables[1] == tables[2] and len(tables[0]) == 5
     assert [alloc.ref_count(b) for b in tables[0]] == [3] * 5
     assert stats.steps[0].num_tokens == 17  # computed once, not 3 times
-    run_step(llm, scheduler, stats)  # first decode: the partly filled last block is copied on write
+    loop.step()  # first decode: the partly filled last block is copied on write
     assert stats.steps[1].num_copies == 2
     tables = [manager.get_block_table(s) for s in groups[0].seqs]
     assert [alloc.ref_count(b) for b in tables[0][:4]] == [3] * 4  # full prompt blocks stay shared
     assert len({t[4] for t in tables}) == 3
     assert stats.steps[1].blocks_in_use == 4 + 3 < stats.steps[1].blocks_without_sharing == 15
-    while scheduler.has_unfinished_seqs():
-        run_step(llm, scheduler, stats)
+    loop.run()
     assert alloc.num_free_blocks == 64 and not manager.block_tables
 
 

@@ -1,0 +1,187 @@
+"""The serving loop (paper §4.5): arrivals, the scheduler and an executor, one iteration at a time.
+
+The simulator and the real engine serve requests through this same loop over the same
+:class:`~paged.core.scheduler.Scheduler`; they differ only in the executor that runs an iteration:
+
+* :class:`paged.sim.executor.SimulatedExecutor`: time from a cost model, every scheduled sequence
+  gains one token, and a request finishes at its trace output length;
+* :class:`paged.engine.executor.ModelExecutor`: a real model on the paged KV cache, wall-clock time,
+  sampling and beam search decide the tokens and when a request stops.
+
+One iteration of :meth:`ServingLoop.step`: admit the requests that have arrived by the executor's
+clock; if nothing is left to run, idle until the next arrival; otherwise ask the scheduler for a
+prefill or a decode iteration, record where KV memory is while requests wait (Fig. 2), let the
+executor run it (or, for a decode, a whole run of identical decode iterations at once when the
+executor can: the simulator's fast-forward), and retire the requests that finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from paged.core.metrics import MemoryStats
+from paged.core.scheduler import Scheduler, SchedulerOutputs
+from paged.core.sequence import SequenceGroup
+
+__all__ = ["Executor", "ServingLoop", "ServingResult"]
+
+
+class Executor(Protocol):
+    """What the serving loop needs from an executor.
+
+    Attributes:
+        now: the executor's clock (seconds since the run started).
+    """
+
+    now: float
+
+    def wait_until(self, time: float) -> None:
+        """Idle until the clock reads ``time`` (seconds): jump (simulator) or sleep (real engine)."""
+        ...
+
+    def execute(self, scheduler: Scheduler, outputs: SchedulerOutputs) -> bool:
+        """Run one scheduled iteration: advance the clock, give every running sequence of the scheduled
+        groups its next token and ``scheduler.finish_seq`` those that are done. Returns True if any
+        sequence finished."""
+        ...
+
+    def execute_run(self, scheduler: Scheduler, outputs: SchedulerOutputs, next_arrival_time: float,
+                    memory: MemoryStats | None) -> int:
+        """Run the scheduled decode iteration and every following one that would be identical (no
+        arrival before ``next_arrival_time``, no finish before the last, no preemption), adding their
+        memory breakdown to ``memory``; return how many iterations ran (0: not eligible, nothing ran)."""
+        ...
+
+
+@dataclass(slots=True)
+class ServingResult:
+    """What one served run produced.
+
+    Attributes:
+        groups: every request's :class:`~paged.core.SequenceGroup`, with its times (seconds).
+        num_iterations: iterations run (prefill and decode).
+        duration: the executor's clock at the last finish (seconds).
+        memory: KV memory shares while requests waited (:class:`~paged.core.metrics.MemoryStats`),
+            if recorded.
+        batched_requests_sum: sum over iterations of the scheduled groups, for the average batch.
+        num_preemptions: preemptions (recomputation or swap), total.
+    """
+
+    groups: list[SequenceGroup]
+    num_iterations: int = 0
+    duration: float = 0.0
+    memory: MemoryStats = field(default_factory=MemoryStats)
+    batched_requests_sum: int = 0
+    num_preemptions: int = 0
+
+    @property
+    def avg_batched_requests(self) -> float:
+        """Mean number of requests in an iteration's batch (requests)."""
+        return self.batched_requests_sum / self.num_iterations if self.num_iterations else 0.0
+
+
+class ServingLoop:
+    """Serve ``groups`` (sorted by arrival time) with ``scheduler`` and ``executor`` (module docstring).
+
+    Args:
+        scheduler: a fresh scheduler (its KV cache manager is the one memory is recorded from).
+        executor: a :class:`Executor`.
+        groups: the requests, sorted by ``arrival_time`` (seconds on the executor's clock).
+        record_memory: record the KV memory breakdown at each iteration while requests wait.
+        on_finish: called with the groups that finished after each iteration (e.g. a progress bar).
+
+    Raises:
+        ValueError: if ``groups`` are not sorted by arrival time.
+    """
+
+    __slots__ = ("scheduler", "executor", "groups", "result", "record_memory", "on_finish", "_next")
+
+    def __init__(self, scheduler: Scheduler, executor: Executor, groups: Sequence[SequenceGroup], *,
+                 record_memory: bool = False,
+                 on_finish: Callable[[list[SequenceGroup]], None] | None = None) -> None:
+        groups = list(groups)
+        if any(a.arrival_time > b.arrival_time for a, b in zip(groups, groups[1:])):
+            raise ValueError("requests must be sorted by arrival time")
+        self.scheduler = scheduler
+        self.executor = executor
+        self.groups = groups
+        self.result = ServingResult(groups)
+        self.record_memory = record_memory
+        self.on_finish = on_finish
+        self._next = 0  # the next group to arrive
+
+    @property
+    def has_work(self) -> bool:
+        """True while a request is still to arrive, waiting, running or swapped out."""
+        return self._next < len(self.groups) or self.scheduler.has_unfinished_seqs()
+
+    def run(self) -> ServingResult:
+        """Iterate until every request has finished; the :class:`ServingResult`.
+
+        Raises:
+            RuntimeError: if the scheduler can run nothing while requests remain and none is left to
+                arrive (a request that never fits); RequestTooLargeError from admission.
+        """
+        step = self.step
+        while self.has_work:
+            step()
+        result = self.result
+        result.duration = self.executor.now
+        result.num_preemptions = self.scheduler.num_preemptions
+        return result
+
+    def step(self) -> list[SequenceGroup]:
+        """One iteration of the loop (module docstring); the groups that finished in it.
+
+        Raises:
+            RuntimeError: as :meth:`run`.
+        """
+        scheduler, executor, groups = self.scheduler, self.executor, self.groups
+        num_groups = len(groups)
+        nxt = self._next
+        now = executor.now
+        while nxt < num_groups and groups[nxt].arrival_time <= now:
+            scheduler.add_seq_group(groups[nxt])
+            nxt += 1
+        self._next = nxt
+        if not scheduler.has_unfinished_seqs():
+            if nxt < num_groups:
+                executor.wait_until(groups[nxt].arrival_time)  # idle until the next request
+            return []
+        outputs = scheduler.schedule()
+        scheduled = outputs.scheduled_seq_groups
+        if not scheduled:
+            if nxt >= num_groups:
+                raise RuntimeError("the scheduler could run no request although some remain and none is left "
+                                   "to arrive (a request larger than the free KV cache?)")
+            executor.wait_until(max(now, groups[nxt].arrival_time))
+            return []
+        for group in scheduled:
+            if group.first_scheduled_time is None:
+                group.first_scheduled_time = now
+        result = self.result
+        memory = result.memory if self.record_memory and scheduler.waiting else None
+        k = 0
+        if not outputs.is_prefill:
+            k = executor.execute_run(scheduler, outputs,
+                                     groups[nxt].arrival_time if nxt < num_groups else float("inf"), memory)
+        if k:
+            any_finished = True
+        else:
+            if memory is not None:
+                memory.add(scheduler.kv_manager.memory_usage(scheduler.running))
+            any_finished = executor.execute(scheduler, outputs)
+            k = 1
+        result.num_iterations += k
+        result.batched_requests_sum += k * len(scheduled)
+        if not any_finished:
+            return []
+        finished = scheduler.free_finished_seq_groups()
+        now = executor.now
+        for group in finished:
+            group.finished_time = now
+        if finished and self.on_finish is not None:
+            self.on_finish(finished)
+        return finished

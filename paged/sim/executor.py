@@ -1,0 +1,78 @@
+"""The simulated executor: an iteration's time from a model, tokens from the trace (paper §6).
+
+It plugs into the serving loop (:class:`paged.core.serving_loop.ServingLoop`) where the real engine
+plugs in its model: the scheduler and the KV cache managers are the real ones, only time is
+modelled. Each scheduled sequence gains one token per iteration and a request finishes when it has
+generated its trace output length (the simulator knows it; the real engine samples until a stop).
+
+Fast-forward (:func:`paged.sim.fast_forward.decode_run`): when the time model has a
+``decode_time(num_seqs, context_tokens)`` method (a :class:`paged.sim.cost_model.CostModel`),
+:meth:`SimulatedExecutor.execute_run` applies a run of identical decode iterations at once, with
+exactly the step-by-step results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from paged.core.metrics import MemoryStats
+from paged.core.scheduler import Scheduler, SchedulerOutputs
+from paged.core.sequence import SequenceStatus
+from paged.sim.fast_forward import decode_run
+
+__all__ = ["SimulatedExecutor"]
+
+
+class SimulatedExecutor:
+    """Runs scheduled iterations in simulated time (a :class:`paged.core.serving_loop.Executor`).
+
+    Args:
+        iteration_time: seconds one iteration takes, given what the scheduler scheduled (a cost
+            model, or a constant when only memory matters).
+        fast_forward: apply runs of identical decode iterations at once; used only when
+            ``iteration_time`` has a ``decode_time(num_seqs, context_tokens)`` method. Same results.
+
+    Attributes:
+        now: the simulated clock (seconds).
+    """
+
+    __slots__ = ("now", "iteration_time", "decode_time")
+
+    def __init__(self, iteration_time: Callable[[SchedulerOutputs], float], *, fast_forward: bool = True) -> None:
+        self.now = 0.0
+        self.iteration_time = iteration_time
+        self.decode_time = getattr(iteration_time, "decode_time", None) if fast_forward else None
+
+    def wait_until(self, time: float) -> None:
+        """Jump the clock to ``time`` (seconds): nothing runs while no request is there."""
+        self.now = time
+
+    def execute(self, scheduler: Scheduler, outputs: SchedulerOutputs) -> bool:
+        """Advance the clock by the iteration's time; every running sequence of the scheduled groups
+        gains one token and finishes at its group's ``output_len``. O(sequences). True if any finished."""
+        self.now = now = self.now + self.iteration_time(outputs)
+        running = SequenceStatus.RUNNING
+        any_finished = False
+        for group in outputs.scheduled_seq_groups:
+            for seq in group.seqs:
+                if seq.status is not running:
+                    continue
+                seq.append_token()
+                if group.first_token_time is None:
+                    group.first_token_time = now
+                if seq.num_generated >= group.output_len:
+                    scheduler.finish_seq(seq)
+                    any_finished = True
+        return any_finished
+
+    def execute_run(self, scheduler: Scheduler, outputs: SchedulerOutputs, next_arrival_time: float,
+                    memory: MemoryStats | None) -> int:
+        """A run of identical decode iterations (:func:`paged.sim.fast_forward.decode_run`); how many ran
+        (0 when not eligible or without a ``decode_time``)."""
+        if self.decode_time is None:
+            return 0
+        end = decode_run(scheduler, outputs, self.decode_time, self.now, next_arrival_time, memory)
+        if end is None:
+            return 0
+        self.now, k = end
+        return k
