@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import random
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from paged.workloads import Request
 
 
 def tiny_llama(seed: int = 0, vocab: int = 256, head_dim: int = 64) -> LlamaForCausalLM:
@@ -68,3 +71,13 @@ def assert_close(out, ref, dtype):
     atol, rtol = TOLERANCE[dtype]
     assert out.dtype == dtype and not torch.isnan(out).any()
     torch.testing.assert_close(out.float().cpu(), ref.float().cpu(), atol=atol, rtol=rtol)
+
+
+def synthetic_trace(n: int = 120, rate: float = 8.0, seed: int = 1) -> list[Request]:
+    """``n`` requests with uniform prompt (1-300) and output (1-400) lengths and Poisson arrivals at ``rate``/s."""
+    rng = random.Random(seed)
+    t, reqs = 0.0, []
+    for i in range(n):
+        t += rng.expovariate(rate)
+        reqs.append(Request(i, rng.randint(1, 300), rng.randint(1, 400), t))
+    return reqs

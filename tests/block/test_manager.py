@@ -2,7 +2,7 @@
 
 import pytest
 
-from paged.block.manager import PagedKVCacheManager
+from paged.block.manager import PagedKVCacheManager, ceil_sum
 from paged.core.kv_cache_manager import AllocStatus
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
@@ -106,3 +106,9 @@ def test_memory_usage_sums_to_total():
     u = mgr.memory_usage([g, g2])
     assert u.internal == 2  # g2 will end at 6 tokens in an 8-slot table
     assert abs(sum(u.fractions().values()) - 1) < 1e-12
+
+
+def test_ceil_sum():
+    for bs in (1, 3, 16):
+        for x in range(0, 70):
+            assert ceil_sum(x, bs) == sum(-(-m // bs) for m in range(1, x + 1))

@@ -1,73 +1,14 @@
-"""The simulator's fast-forward gives exactly the step-by-step results; serving metrics behave."""
-
+"""Simulated serving: every request finishes once with its length; serving metrics behave."""
 
 import pytest
+from support import synthetic_trace as synthetic
 
 from paged.block.manager import PagedKVCacheManager
-from paged.contiguous import ContiguousKVCacheManager
-from paged.sim.cost_model import get_cost_model
-from paged.block.manager import ceil_sum
-from paged.workloads import Request as Req, get_trace
 from paged.experiments.serving import SYSTEMS, run_system, simulate_point
-from paged.sim.static_batching import simulate_static_batching
+from paged.sim.cost_model import get_cost_model
 from paged.sim.simulator import simulate
+from paged.workloads import Request as Req
 
-
-
-
-def synthetic(n=120, rate=8.0, seed=1):
-    import random
-
-    rng = random.Random(seed)
-    t, reqs = 0.0, []
-    for i in range(n):
-        t += rng.expovariate(rate)
-        reqs.append(Req(i, rng.randint(1, 300), rng.randint(1, 400), t))
-    return reqs
-
-
-def _snapshot(result):
-    return (result.num_iterations, result.batched_requests_sum, result.duration, result.num_preemptions,
-            result.memory, [(g.first_scheduled_time, g.first_token_time, g.finished_time,
-                             g.seqs[0].num_generated) for g in result.groups])
-
-
-MANAGERS = {
-    "paged16": lambda: PagedKVCacheManager(2048 // 16, 16),
-    "paged1": lambda: PagedKVCacheManager(2048, 1),
-    "paged64-swap": lambda: PagedKVCacheManager(2048 // 64, 64, num_cpu_blocks=64),
-    "oracle": lambda: ContiguousKVCacheManager(2048, "oracle", max_seq_len=1024),
-    "pow2": lambda: ContiguousKVCacheManager(2048, "pow2", max_seq_len=1024),
-    "max": lambda: ContiguousKVCacheManager(2048, "max", max_seq_len=1024),
-}
-
-
-@pytest.mark.parametrize("preemption", ["recompute", "swap"])
-@pytest.mark.parametrize("name", list(MANAGERS))
-def test_fast_forward_equals_step_by_step(name, preemption):
-    """Times, counters and the memory breakdown (integer sums) are exactly equal."""
-    trace = synthetic()
-    cost = get_cost_model("opt-13b")
-    results = [simulate(trace, MANAGERS[name](), cost, preemption_mode=preemption, fast_forward=ff,
-                        max_num_batched_tokens=1024)
-               for ff in (True, False)]
-    assert _snapshot(results[0]) == _snapshot(results[1])
-    assert results[0].memory.iterations > 0  # the cache was the bottleneck: memory was recorded
-
-
-def test_fast_forward_equals_step_by_step_on_sharegpt():
-    trace = get_trace("sharegpt", 300, seed=3, rate=20.0)
-    cost = get_cost_model("opt-13b")
-    a, b = (simulate(trace, PagedKVCacheManager(cost.num_kv_slots // 16, 16), cost, fast_forward=ff)
-            for ff in (True, False))
-    assert _snapshot(a) == _snapshot(b)
-    assert a.num_preemptions > 0
-
-
-def test_ceil_sum():
-    for bs in (1, 3, 16):
-        for x in range(0, 70):
-            assert ceil_sum(x, bs) == sum(-(-m // bs) for m in range(1, x + 1))
 
 
 def test_every_request_finishes_once_with_its_length():
@@ -96,15 +37,6 @@ def test_latency_grows_with_rate_and_paged_batches_more():
     paged_hi = simulate_point(system="paged", rate=3.0, num_requests=200)
     assert lo["normalized_latency"] < paged_hi["normalized_latency"] < hi["normalized_latency"]
     assert paged_hi["avg_batched_requests"] > hi["avg_batched_requests"]
-
-
-def test_static_batching_waits_for_the_whole_batch():
-    cost = get_cost_model("opt-13b", paged_kernel=False)
-    trace = [Req(0, 10, 5, 0.0), Req(1, 10, 50, 0.0), Req(2, 10, 5, 100.0)]
-    result = simulate_static_batching(trace, cost, max_batch_size=7)
-    g = sorted(result.groups, key=lambda g: g.request_id)
-    assert g[0].finished_time == g[1].finished_time < g[2].arrival_time
-    assert result.num_iterations == 50 + 5
 
 
 def test_unknown_system():

@@ -1,0 +1,96 @@
+"""The serving loop shared by the simulator and the engine (paged.core.serving_loop)."""
+
+from __future__ import annotations
+
+import pytest
+
+from paged.core.scheduler import Scheduler
+from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
+from paged.core.serving_loop import ServingLoop
+from paged.systems import make_kv_manager
+
+
+class CountingExecutor:
+    """A fixed 1 s per iteration; every running sequence gains a token; records what ran."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.waits = []
+        self.iterations = []
+
+    def wait_until(self, time):
+        self.waits.append((self.now, time))
+        self.now = time
+
+    def execute(self, scheduler, outputs):
+        self.iterations.append((self.now, outputs.is_prefill, [g.request_id for g in outputs.scheduled_seq_groups]))
+        self.now += 1.0
+        done = False
+        for g in outputs.scheduled_seq_groups:
+            for s in g.get_seqs(SequenceStatus.RUNNING):
+                s.append_token()
+                if g.first_token_time is None:
+                    g.first_token_time = self.now
+                if s.num_generated >= g.output_len:
+                    scheduler.finish_seq(s)
+                    done = True
+        return done
+
+    def execute_run(self, scheduler, outputs, next_arrival_time, memory):
+        return 0
+
+
+def groups(*specs):
+    return [SequenceGroup(i, t, [Sequence(i, p)], o) for i, (t, p, o) in enumerate(specs)]
+
+
+def loop_for(gs, num_slots=1024, executor=None):
+    return ServingLoop(Scheduler(make_kv_manager("paged", num_slots)), executor or CountingExecutor(), gs,
+                       record_memory=True)
+
+
+def test_requests_arrive_on_the_executors_clock_and_idle_time_is_skipped():
+    gs = groups((0.0, 10, 2), (10.0, 10, 2))
+    loop = loop_for(gs)
+    result = loop.run()
+    ex = loop.executor
+    assert ex.waits == [(2.0, 10.0)]  # idle from the first finish to the next arrival
+    assert [it[0] for it in ex.iterations] == [0.0, 1.0, 10.0, 11.0]
+    assert [g.finished_time for g in gs] == [2.0, 12.0] and result.duration == 12.0
+    assert [g.first_scheduled_time for g in gs] == [0.0, 10.0]
+    assert result.num_iterations == 4 and result.avg_batched_requests == 1.0
+
+
+def test_step_returns_the_groups_that_finished_and_calls_on_finish():
+    gs = groups((0.0, 4, 1), (0.0, 4, 3))
+    seen = []
+    loop = loop_for(gs)
+    loop.on_finish = seen.extend
+    assert loop.step() == [gs[0]]  # the prefill gives request 0 its only token
+    loop.run()
+    assert seen == [gs[0], gs[1]] and not loop.has_work
+
+
+def test_memory_is_recorded_only_while_requests_wait():
+    gs = groups(*[(0.0, 60, 40)] * 40)  # more than 256 slots' worth waiting at once
+    loop = loop_for(gs, num_slots=256)
+    result = loop.run()
+    assert 0 < result.memory.iterations < result.num_iterations
+    assert abs(sum(result.memory.mean().values()) - 1) < 1e-12
+
+
+def test_unsorted_arrivals_are_refused():
+    with pytest.raises(ValueError, match="sorted by arrival"):
+        loop_for(groups((5.0, 4, 1), (1.0, 4, 1)))
+
+
+def test_a_scheduler_that_can_run_nothing_is_an_error_not_a_hang():
+    from paged.core.scheduler import SchedulerOutputs
+
+    class Stuck(Scheduler):  # holds a request it can never schedule (what a capacity bug would do)
+        def schedule(self):
+            return SchedulerOutputs([], is_prefill=False)
+
+    loop = ServingLoop(Stuck(make_kv_manager("paged", 1024)), CountingExecutor(), groups((0.0, 10, 2)))
+    with pytest.raises(RuntimeError, match="could run no request"):
+        loop.run()

@@ -1,0 +1,27 @@
+"""Model presets come from the published configurations; transformers' config classes agree (§3, Table 1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from paged.sim.model_spec import GiB, PUBLISHED_CONFIGS, get_model, kv_cache_slots, spec_from_config
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_CONFIGS))
+def test_presets_equal_what_transformers_configs_give(name):
+    transformers = pytest.importorskip("transformers")
+    values = dict(PUBLISHED_CONFIGS[name])
+    cls = {"opt": transformers.OPTConfig, "llama": transformers.LlamaConfig}[values.pop("model_type")]
+    assert spec_from_config(name, cls(**values)) == get_model(name)
+
+
+def test_table1_kv_bytes_and_slots():
+    opt13 = get_model("opt-13b")
+    assert opt13.kv_bytes_per_token == 2 * 40 * 5120 * 2  # 800 KiB (§3)
+    assert kv_cache_slots(opt13, 12 * GiB, 16) == 15_728  # Table 1: 15.7K
+    assert 12.5e9 < opt13.num_params < 13.5e9
+
+
+def test_unknown_model_names_the_choices():
+    with pytest.raises(ValueError, match="unknown model 'gpt-5'.*opt-13b"):
+        get_model("gpt-5")
