@@ -7,7 +7,6 @@ from paged.block.manager import PagedKVCacheManager
 from paged.experiments.serving import SYSTEMS, run_system, simulate_point
 from paged.sim.cost_model import get_cost_model
 from paged.sim.simulator import simulate
-from paged.workloads import Request as Req
 
 
 
