@@ -146,6 +146,17 @@ class BlockAllocator:
         for block_id in block_ids:
             ref_counts[block_id] += 1
 
+    def share(self, block_ids: list[int]) -> None:
+        """Add one reference to each block of a live table that a fork shares (§4.4). O(1) per block.
+
+        Unchecked (the fork hot path of :class:`~paged.block.BlockTable`): every block of a live table
+        has a count ≥ 1, an invariant the property tests check. Use :meth:`incref_all` for ids that
+        did not come from a table.
+        """
+        ref_counts = self._ref_counts
+        for block_id in block_ids:
+            ref_counts[block_id] += 1
+
     def is_private(self, block_id: int) -> bool:
         """True if exactly one logical block points at the allocated block ``block_id``. O(1).
 

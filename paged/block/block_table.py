@@ -164,7 +164,7 @@ class BlockTable:
         O(number of blocks). Used for parallel sampling and beam search (§4.4).
         """
         child = BlockTable(self._allocator)
-        self._allocator.incref_all(self._blocks)
+        self._allocator.share(self._blocks)
         child._blocks = self._blocks.copy()
         child._num_tokens = self._num_tokens
         return child
