@@ -22,7 +22,7 @@ def test_trace_sequence_sample_and_arrivals():
     timed = trace.with_poisson_arrivals(2.0, seed=1)
     np.testing.assert_array_equal(timed.to_frame()["arrival_time"], poisson_arrivals(10, 2.0, seed=1))
     assert trace.mean_prompt_len == 5.5 and trace.mean_output_len == 15.5
-    assert list(trace.to_frame().columns) == ["request_id", "prompt_len", "output_len", "arrival_time"]
+    assert list(trace.to_frame().columns) == ["request_id", "prompt_len", "output_len", "prefix_len", "arrival_time"]
     with pytest.raises(ValueError):
         Request(0, -1, 5)
     with pytest.raises(TypeError):
