@@ -130,6 +130,7 @@ def write_entry(fingerprint: str, entry: dict, root: Path | None = None) -> Path
     rename). Returns its path, or None when the cache folder cannot be written (nothing is lost:
     the caller still has its trace)."""
     path = _entry_path(fingerprint, root)
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
@@ -137,5 +138,7 @@ def write_entry(fingerprint: str, entry: dict, root: Path | None = None) -> Path
             json.dump({**entry, "fingerprint": fingerprint}, f, separators=(",", ":"))
         os.replace(tmp, path)
     except OSError:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
         return None
     return path

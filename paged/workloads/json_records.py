@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["position", "read_json_list", "sniff_first_record"]
+__all__ = ["position", "read_json_list", "read_text", "sniff_first_record"]
 
 _WS = re.compile(r"[ \t\n\r]*")
 
@@ -24,6 +24,22 @@ def position(text: str, pos: int) -> str:
     line = text.count("\n", 0, pos) + 1
     col = pos - (text.rfind("\n", 0, pos) + 1) + 1
     return f"line {line} column {col} (char {pos})"
+
+
+def read_text(path: str | Path, what: str, error: type[Exception] = ValueError) -> str:
+    """A whole UTF-8 file as text (O(size)).
+
+    Raises:
+        FileNotFoundError: ``"<what> file not found: <path>"``.
+        error: ``"<path>: not UTF-8 text at byte N"``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not UTF-8 text at byte {e.start}") from None
 
 
 def _is_cut(err: json.JSONDecodeError, end: int) -> bool:
@@ -57,12 +73,7 @@ def read_json_list(path: str | Path, *, check: Callable[[Any], str | None],
             names the file and the line/column.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise error(f"{path}: not UTF-8 text at byte {e.start}") from None
+    text = read_text(path, "JSON", error)
     end = len(text.rstrip())
     i = _WS.match(text, 1 if text.startswith("\ufeff") else 0).end()
     if i >= end:

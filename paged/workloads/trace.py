@@ -82,10 +82,11 @@ class Trace(Sequence[Request]):
         requests: the requests, in order (a tuple).
         name: short name, e.g. ``"sharegpt"``.
         source: where the lengths came from (file, tokenizer, filters), free text.
-        report: for traces loaded from a dataset file, its load report
+        report: for traces built from a dataset file, its report
             (:class:`paged.workloads.sharegpt.ShareGPTLoadReport`,
             :class:`paged.workloads.alpaca.AlpacaLoadReport`: records read, whether the file was
-            cut, what was dropped and why); otherwise None.
+            cut, what was dropped and why; :class:`paged.workloads.wmt16.WMT16Report`: the shared
+            prefix and the filters); None for a trace read from a CSV.
         arrivals: how the arrival times were set, in words: ``"all at t = 0 s"``, ``"from the
             arrival_time column of FILE"`` (a timed CSV keeps its times) or ``"Poisson, R req/s,
             seed S"``.

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from paged.workloads.filters import DEFAULT_LIMITS, length_filter
+from paged.workloads.json_records import read_text
 from paged.workloads.package_data import data_path
 from paged.workloads.tokenizers import count_tokens
 from paged.workloads.trace import Trace
@@ -83,13 +84,7 @@ def read_parallel_text(source: str | Path, target: str | Path) -> tuple[list[str
     """
     sides = []
     for path in (Path(source), Path(target)):
-        if not path.is_file():
-            raise FileNotFoundError(f"WMT16 file not found: {path}")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise WMT16FormatError(f"{path}: not UTF-8 text at byte {e.start}") from None
-        lines = text.split("\n")
+        lines = read_text(path, "WMT16", WMT16FormatError).split("\n")
         if lines and lines[-1] == "":
             lines.pop()  # the newline that ends the last line
         for i, line in enumerate(lines, start=1):
