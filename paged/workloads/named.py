@@ -1,82 +1,104 @@
-"""Traces by name: the committed real traces, the synthetic one, or a user's file (§6.1, §6.5).
+"""Traces by name: the committed real traces, the synthetic one, or a user's file (§6.1, §6.4, §6.5).
 
 The committed length-only traces live in the project's ``data/`` folder, which the package
-installs as ``paged.data``; they are read through :mod:`importlib.resources`, so a wheel install
-finds them with no checkout around.
+installs as ``paged.data`` (:func:`~paged.workloads.package_data.data_path`). Each real trace is committed twice, counted with each
+built-in tokenizer: ``<stem>.csv`` with cl100k, ``<stem>_gpt2.csv`` with GPT-2's BPE (OPT's, the
+paper's); ``get_trace(..., tokenizer=)`` picks one. ``data/README.md`` says where each came from.
 """
 
 from __future__ import annotations
 
-import math
+import os
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
-from paged.workloads.sharegpt import load_sharegpt
+from paged.workloads.loader import load_json_trace
+from paged.workloads.package_data import counted_file_name, data_path
 from paged.workloads.synthetic import alpaca_like
-from paged.workloads.trace import Trace, load_trace
+from paged.workloads.tokenizers import canonical_tokenizer
+from paged.workloads.trace import Trace
+from paged.workloads.trace_csv import load_trace
 
-__all__ = ["NAMED_TRACES", "data_path", "get_trace"]
-
-
-def data_path(name: str) -> Path:
-    """Path of a file (or folder) of the package data ``paged.data`` (the project's ``data/``).
-
-    Raises:
-        FileNotFoundError: naming the file, if the package data does not hold it.
-    """
-    path = Path(str(resources.files("paged.data").joinpath(name)))
-    if not path.exists():
-        raise FileNotFoundError(f"package data file {name!r} not found (looked for {path})")
-    return path
+__all__ = ["NAMED_TRACES", "data_path", "get_trace", "trace_file"]
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=16)
 def _cached_trace(path: str, mtime_ns: int) -> Trace:
     """A committed length trace, read once per modification time (sweeps load it many times)."""
     return load_trace(path)
 
 
-#: Names accepted by :func:`get_trace`, and the committed files behind them (None: synthetic).
+#: Names accepted by :func:`get_trace` -> the stem of their committed files (None: synthetic).
 NAMED_TRACES: dict[str, str | None] = {
-    "sharegpt": "sharegpt_lengths.csv",  # first-turn pairs (§6.1)
-    "sharegpt-chat": "sharegpt_chat_lengths.csv",  # chatbot rounds (§6.5)
-    "alpaca": None,  # synthetic: alpaca_like
+    "sharegpt": "sharegpt_lengths",  # first-turn pairs (§6.1)
+    "sharegpt-chat": "sharegpt_chat_lengths",  # chatbot rounds (§6.5)
+    "alpaca": "alpaca_lengths",  # real Alpaca sample, Stanford Alpaca's prompt template (§6.1)
+    "alpaca-bare": "alpaca_bare_lengths",  # the same records, instruction (+ input) without the template
+    "wmt16-1shot": "wmt16_1shot_lengths",  # WMT16 en->de, 1-shot shared prefix (§6.4)
+    "wmt16-5shot": "wmt16_5shot_lengths",  # WMT16 en->de, 5-shot shared prefix (§6.4)
+    "alpaca-synthetic": None,  # lognormal lengths with the paper's Alpaca means: alpaca_like
 }
 
 
-def get_trace(trace: str | Path, num_requests: int | None = None, *, seed: int = 0,
-              rate: float = math.inf) -> Trace:
-    """A trace by name or path, sampled and with Poisson arrivals.
-
-    Args:
-        trace: ``"sharegpt"`` (committed real first-turn trace), ``"sharegpt-chat"`` (committed
-            multi-turn chatbot trace, §6.5), ``"alpaca"`` (synthetic, the paper's means), a path
-            to a length-only CSV, or a path to a ShareGPT-format JSON file (tokenized with cl100k).
-        num_requests: requests to sample (without replacement, by ``seed``); None keeps all
-            (for ``"alpaca"`` it defaults to 1,000).
-        seed: seed for sampling, synthetic lengths and arrivals.
-        rate: request rate (requests/s) of the Poisson arrivals; ``inf`` puts all at t = 0.
+def trace_file(name: str, tokenizer: str = "cl100k") -> str:
+    """File name (in ``paged.data``) of the named trace counted with ``tokenizer``
+    (``"gpt2"``/``"opt"`` or ``"cl100k"``).
 
     Raises:
-        ValueError: for an unknown name, a bad count or rate; FileNotFoundError for a missing path.
+        ValueError: an unknown or synthetic name, or a tokenizer the committed files were not counted with.
+    """
+    stem = NAMED_TRACES.get(name)
+    if stem is None:
+        raise ValueError(f"no committed file for trace {name!r}: the named real traces are "
+                         f"{sorted(k for k, v in NAMED_TRACES.items() if v)}")
+    tok = canonical_tokenizer(tokenizer)
+    if tok not in ("gpt2", "cl100k"):
+        raise ValueError(f"the committed traces are counted with 'gpt2' (alias 'opt') and 'cl100k', not "
+                         f"{tokenizer!r}; to count with another tokenizer, load the dataset file itself")
+    return counted_file_name(stem, tok)
+
+
+def get_trace(trace: str | Path, num_requests: int | None = None, *, seed: int = 0,
+              rate: float | None = None, tokenizer: str | os.PathLike = "cl100k") -> Trace:
+    """A trace by name or path, sampled and with arrival times.
+
+    Args:
+        trace: a name of :data:`NAMED_TRACES` (``"sharegpt"``, ``"sharegpt-chat"``, ``"alpaca"``,
+            ``"alpaca-bare"``, ``"wmt16-1shot"``, ``"wmt16-5shot"``: committed real traces;
+            ``"alpaca-synthetic"``: lognormal lengths with the paper's means), a path to a
+            length CSV, or a path to a ShareGPT or Alpaca JSON file (tokenized, then cached:
+            :mod:`paged.workloads.loader`).
+        num_requests: requests to sample (without replacement, by ``seed``, original order kept);
+            None keeps all (for ``"alpaca-synthetic"`` it defaults to 1,000).
+        seed: seed for sampling, synthetic lengths and arrivals.
+        rate: request rate (requests/s) of Poisson arrivals (``inf``: all at t = 0). None (the
+            default) keeps the trace's own times: a CSV with an ``arrival_time`` column keeps
+            them, any other trace has every request at t = 0. ``Trace.arrivals`` says which.
+        tokenizer: which committed counts of a named real trace to use, ``"gpt2"`` (alias
+            ``"opt"``: GPT-2's BPE, the paper's OPT models) or ``"cl100k"`` (default); for a JSON
+            path, the tokenizer to count with (any of :func:`~paged.workloads.tokenizers.count_tokens`).
+            Ignored for a length CSV (already counted) and ``"alpaca-synthetic"``.
+
+    Raises:
+        ValueError: for an unknown name or tokenizer, a bad count or rate;
+        FileNotFoundError: for a missing path.
     """
     key = str(trace).lower()
-    if key == "alpaca":
+    if key == "alpaca-synthetic":
         base = alpaca_like(num_requests or 1000, seed)
     elif key in NAMED_TRACES:
-        path = data_path(NAMED_TRACES[key])
+        path = data_path(trace_file(key, tokenizer))
         base = _cached_trace(str(path), path.stat().st_mtime_ns)
     else:
         path = Path(trace)
         if path.is_dir() or not str(trace):
             raise ValueError(f"trace {str(trace)!r} is a directory or empty: give a trace name "
-                             f"({', '.join(sorted(NAMED_TRACES))}) or a CSV / ShareGPT JSON file")
+                             f"({', '.join(sorted(NAMED_TRACES))}) or a CSV / ShareGPT / Alpaca JSON file")
         if not path.exists():
             raise FileNotFoundError(
                 f"trace {str(trace)!r} is neither a file nor one of {sorted(NAMED_TRACES)}"
             )
-        base = load_sharegpt(path) if path.suffix.lower() == ".json" else load_trace(path)
-    if num_requests is not None and key != "alpaca":
+        base = load_json_trace(path, tokenizer) if path.suffix.lower() == ".json" else load_trace(path)
+    if num_requests is not None and key != "alpaca-synthetic":
         base = base.sample(num_requests, seed)
-    return base.with_poisson_arrivals(rate, seed)
+    return base if rate is None else base.with_poisson_arrivals(rate, seed)

