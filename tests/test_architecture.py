@@ -118,7 +118,7 @@ def test_a_handful_of_modules_at_the_top():
 
 def test_the_simulator_path_imports_neither_torch_nor_transformers():
     """``python -m paged simulate`` must start fast: nothing it imports may pull in torch."""
-    heavy = {"torch", "transformers", "triton", "matplotlib", "seaborn"}
+    heavy = {"torch", "transformers", "triton", "matplotlib", "seaborn", "datasets", "tokenizers"}
     seen, todo = set(), ["paged.cli", "paged.experiments.serving", "paged.sim", "paged.sim.simulator"]
     third_party = set()
     while todo:
