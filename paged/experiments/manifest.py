@@ -6,7 +6,7 @@ that made it, the parameters it ran with, its title (paper figure number and cla
 of each of its files; once for all, the git commit (and whether the tree had uncommitted changes),
 Python's and the main packages' versions. It is read from the executed notebooks (``make
 reproduce`` writes them to ``build/notebooks/``): each figure's PNG output there carries its
-description as output metadata (:data:`~paged.experiments.plotting.FIGURE_METADATA_KEY`).
+description as output metadata (:data:`FIGURE_METADATA_KEY`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from paged.experiments.plotting import FIGURE_METADATA_KEY
+__all__ = ["FIGURE_METADATA_KEY", "figure_outputs", "package_versions", "git_state", "build_manifest", "write_manifest",
+           "PACKAGES"]
 
-__all__ = ["figure_outputs", "package_versions", "git_state", "build_manifest", "write_manifest", "PACKAGES"]
-
+#: Key of the output metadata that describes a figure in an executed notebook (written by
+#: :func:`paged.experiments.plotting.save_figure`; here so that reading it needs no matplotlib).
+FIGURE_METADATA_KEY = "paged_figure"
 #: Distributions whose versions the manifest records.
 PACKAGES = ("paged", "numpy", "pandas", "matplotlib", "seaborn", "torch", "triton", "transformers", "papermill",
             "nbconvert", "ipykernel", "ipywidgets", "joblib")

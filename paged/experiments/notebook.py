@@ -124,15 +124,12 @@ def _noun(tp) -> str:
 
 def _describe(tp) -> str:
     """``an int``, ``a float``, ``a list of ints``, ``a dict of floats``, ``an int or None``, ``anything``."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is typing.Any:
         return "anything"
-    if tp is type(None):
-        return "None"
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(arg) for arg in args)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arg) for arg in typing.get_args(tp))
     noun = _noun(tp)
-    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+    return noun if noun == "None" else f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
 
 
 def _shown(value) -> str:

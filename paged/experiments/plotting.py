@@ -48,6 +48,8 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.layout_engine import ConstrainedLayoutEngine  # noqa: E402
 
+from paged.experiments.manifest import FIGURE_METADATA_KEY  # noqa: E402  (the key of a figure's display metadata)
+
 __all__ = ["use_style", "save_figure", "title_figure", "figure_title", "mark_computed", "show_figure",
            "figure_png", "figure_metadata", "in_kernel", "SYSTEM_COLORS", "COMPUTED_LABEL", "FIGURE_METADATA_KEY"]
 
@@ -62,8 +64,6 @@ SYSTEM_COLORS = {
 
 #: Legend text of values that are computed, not measured (:func:`mark_computed`).
 COMPUTED_LABEL = "computed, not measured"
-#: Key of the display metadata :func:`save_figure` attaches to a figure's PNG output.
-FIGURE_METADATA_KEY = "paged_figure"
 _COMPUTED_HATCH = "///"
 
 
