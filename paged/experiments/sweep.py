@@ -43,8 +43,8 @@ def run_jobs(fn, jobs: list[dict], *, workers: int = 2, desc: str = "sweep") -> 
         ``[fn(**job) for job in jobs]``.
 
     Raises:
-        Whatever ``fn`` raises (the first failure stops the sweep); ValueError from joblib if the
-        dask backend is active without a ``distributed.Client``.
+        Whatever ``fn`` raises (the first failure stops the sweep). (Joblib itself refuses
+        ``parallel_config(backend="dask")`` without a ``distributed.Client``, with a ValueError.)
     """
     from joblib import Parallel, delayed
     from joblib._parallel_backends import LokyBackend
