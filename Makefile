@@ -7,7 +7,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 EXECUTED := build/notebooks
+EXECUTED_NOTEBOOKS := $(patsubst notebooks/%,$(EXECUTED)/%,$(NOTEBOOKS))
 FIGURES := figures
+# What an executed notebook depends on besides itself: the package and its data.
+SOURCES := $(shell find paged data -type f \( -name '*.py' -o -name '*.csv' \) 2>/dev/null)
+# The project's Jupyter kernel (installed by `make venv`); tests fall back to python3 without it.
+KERNEL := paged
+# JupyterLab refuses to start as root without --allow-root (containers, CI).
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # Threads for torch inside notebooks and tests (the reference machine has 2 cores).
 export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
@@ -15,7 +22,7 @@ export PYTHONHASHSEED := 0
 SHARED ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test reproduce lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-workloads model clean
+.PHONY: help venv test reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-workloads model clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -32,19 +39,37 @@ venv: $(STAMP) ## Create .venv and install the project with its dev extra
 test: $(STAMP) ## Run the whole test suite (unit, property, kernel, notebooks)
 	$(PY) -m pytest -n 2 -q
 
-reproduce: $(STAMP) ## Regenerate every figure from the shipped data (executed notebooks -> build/)
-	@mkdir -p $(EXECUTED) $(FIGURES)
-	@for nb in $(NOTEBOOKS); do \
-		name=$$(basename $$nb); \
-		echo "== $$name"; start=$$(date +%s); \
-		$(VENV)/bin/papermill --cwd notebooks --kernel python3 --no-progress-bar $$nb $(EXECUTED)/$$name \
-			-p output_dir ../$(FIGURES) || exit 1; \
-		echo "   done in $$(( $$(date +%s) - start )) s"; \
-	done
-	@echo "figures in $(FIGURES)/, executed notebooks in $(EXECUTED)/"
+reproduce: $(FIGURES)/MANIFEST.json ## Regenerate every figure from the shipped data (executed notebooks -> build/; -j2 runs two at once)
+	@echo "figures in $(FIGURES)/ (provenance in $(FIGURES)/MANIFEST.json), executed notebooks in $(EXECUTED)/"
 
-lab: $(STAMP) ## Open JupyterLab with the project's kernel
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+# One executed notebook: `make build/notebooks/01_fragmentation.ipynb` or `make nb NB=01`. It is written
+# to build/notebooks/partial/ first and moved when it ran to the end (a failed run stays there to read).
+$(EXECUTED)/%.ipynb: notebooks/%.ipynb $(SOURCES) | $(STAMP)
+	@mkdir -p $(@D)/partial $(FIGURES)
+	@echo "== $*"; start=$$(date +%s); \
+	$(VENV)/bin/papermill --cwd notebooks --kernel $(KERNEL) --no-progress-bar $< $(@D)/partial/$(@F) \
+		-p output_dir ../$(FIGURES) && mv $(@D)/partial/$(@F) $@ && echo "   $* done in $$(( $$(date +%s) - start )) s"
+
+$(FIGURES)/MANIFEST.json: $(EXECUTED_NOTEBOOKS)
+	$(PY) -m paged manifest --notebooks $(EXECUTED) --figures $(FIGURES)
+
+nb: ## Run one notebook into build/notebooks/ and its figures into figures/: make nb NB=03
+	@test -n "$(NB)" || { echo "usage: make nb NB=01 (one of: $(notdir $(basename $(NOTEBOOKS))))"; exit 2; }
+	@target="$(filter $(EXECUTED)/$(NB)%,$(EXECUTED_NOTEBOOKS))"; \
+	test -n "$$target" || { echo "no notebook matches NB=$(NB); choose from: $(notdir $(basename $(NOTEBOOKS)))"; exit 2; }; \
+	$(MAKE) --no-print-directory $$target
+
+report: build/report.html ## One self-contained HTML report (claims, every figure, paper vs this run) from the executed notebooks
+
+build/report.html: $(EXECUTED_NOTEBOOKS)
+	$(PY) -m paged report --notebooks $(EXECUTED) --out $@
+
+sweep: $(STAMP) ## One notebook per parameter set: make sweep NB=notebooks/03_throughput.ipynb GRID='{block_size: [8, 16]}' [OUT=build/sweep] [ARGS='--backend dask --address tcp://host:8786']
+	@test -n "$(NB)" -a -n "$(GRID)" || { echo "usage: make sweep NB=notebooks/NN_name.ipynb GRID='{name: [v1, v2]}'"; exit 2; }
+	$(PY) -m paged sweep-notebook $(NB) --grid "$(GRID)" --out $(or $(OUT),build/sweep) $(ARGS)
+
+lab: $(STAMP) ## Open JupyterLab on 127.0.0.1 with the project's kernel (paged)
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --no-browser $(ALLOW_ROOT)
 
 data: $(STAMP) ## Rebuild every derived trace in data/ (ShareGPT package + SHARED=../shared/data: Alpaca, WMT16)
 	$(PY) -m paged traces --out-dir data --shared-data $(SHARED)

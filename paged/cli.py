@@ -5,6 +5,9 @@ Commands:
     simulate        one simulated serving run on a paper-scale server (Fig. 12 point)
     traces          rebuild the committed length-only traces under data/ from the real datasets
                     (ShareGPT; with --shared-data also Alpaca and WMT16), once per tokenizer
+    sweep-notebook  run one notebook per parameter set (papermill), here or on a Dask / Ray cluster
+    manifest        write figures/MANIFEST.json from the executed notebooks (make reproduce)
+    report          one self-contained HTML report from the executed notebooks (make report)
 
 The top of the package: it imports the layers below and nothing imports it but ``paged.bench``
 (for :func:`run_command` and the argument types).
@@ -18,7 +21,8 @@ import math
 import sys
 import warnings
 
-__all__ = ["main", "build_parser", "run_command", "positive_int", "nonnegative_int", "seed_int", "positive_float"]
+__all__ = ["main", "build_parser", "run_command", "positive_int", "nonnegative_int", "seed_int", "positive_float",
+           "count_or_all"]
 
 
 def positive_int(text: str) -> int:
@@ -45,6 +49,16 @@ def seed_int(text: str) -> int:
     return value
 
 
+def count_or_all(text: str) -> int | None:
+    """argparse type: an integer ≥ 1, or ``all`` (None: every request of the trace)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        return positive_int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer ≥ 1 or 'all', got {text!r}") from None
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     value = float(text)
@@ -69,6 +83,8 @@ def _fragmentation(args: argparse.Namespace) -> int:
     from paged.workloads import get_trace
 
     trace = get_trace(args.trace, args.num_requests, seed=args.seed, rate=args.rate, tokenizer=args.tokenizer)
+    if args.num_requests is None:
+        print(f"{len(trace)} requests (all of {args.trace!r})", file=sys.stderr)
     num_slots = default_num_slots(args.model, int(args.kv_cache_gib * 2**30), args.block_size)
     result = {}
     for system in SYSTEMS:
@@ -102,10 +118,13 @@ def _traces(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from paged.experiments.serving import simulate_point
+    from paged.workloads import get_trace
 
     result = simulate_point(model=args.model, trace=args.trace, system=args.system, rate=args.rate,
                             num_requests=args.num_requests, seed=args.seed, block_size=args.block_size,
                             preemption=args.preemption)
+    if args.num_requests is None:  # "all": report how many that was
+        result["num_requests"] = len(get_trace(args.trace, None, seed=args.seed))
     if args.json:
         print(_json(result))
     else:
@@ -113,6 +132,52 @@ def _simulate(args: argparse.Namespace) -> int:
         for key, value in result.items():
             print(f"{key:<{width}}  {value:.6g}" if isinstance(value, float) else f"{key:<{width}}  {value}")
     return 0
+
+
+def _executed(folder: str) -> list:
+    from pathlib import Path
+
+    notebooks = sorted(Path(folder).glob("*.ipynb"))
+    if not notebooks:
+        raise FileNotFoundError(f"no executed notebooks in {folder!r}: run `make reproduce` first")
+    return notebooks
+
+
+def _manifest(args: argparse.Namespace) -> int:
+    from paged.experiments.manifest import write_manifest
+
+    path = write_manifest(_executed(args.notebooks), args.figures)
+    print(f"wrote {path}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from paged.experiments.report import build_report
+
+    path = build_report(_executed(args.notebooks), args.out)
+    print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, self-contained)")
+    return 0
+
+
+def _sweep_notebook(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import yaml
+
+    from paged.experiments.sweep import cluster, parameter_grid, sweep_notebook
+
+    text = Path(args.grid).read_text() if Path(args.grid).is_file() else args.grid
+    try:
+        sets = parameter_grid(yaml.safe_load(text))
+    except yaml.YAMLError as err:
+        raise ValueError(f"--grid is not valid YAML: {err}") from None
+    with cluster(args.backend, args.address, n_workers=args.workers):
+        runs = sweep_notebook(args.notebook, sets, args.out, workers=args.workers, kernel=args.kernel)
+    print(runs.drop(columns=["output_dir"]).to_string(index=False))
+    failed = runs[runs["error"].notna()]
+    for _, run in failed.iterrows():
+        print(f"error: {run['output']}: {run['error']}", file=sys.stderr)
+    return 1 if len(failed) else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     frag.add_argument("--tokenizer", default="gpt2",
                       help="counts of a named trace: gpt2 (alias opt: the paper's OPT models; default) | cl100k")
     frag.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (paged)")
-    frag.add_argument("--num-requests", type=positive_int, default=1000, help="requests sampled")
+    frag.add_argument("--num-requests", type=count_or_all, default=1000,
+                      help="requests sampled, or 'all' (every request of the trace; alpaca: 1000)")
     frag.add_argument("--seed", type=seed_int, default=0, help="sampling seed")
     frag.add_argument("--rate", type=float, default=None,
                       help="requests/s of Poisson arrivals (inf: all at t=0); default: the trace's own times "
@@ -141,14 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     from paged.experiments.serving import SYSTEMS, TRACES
 
-
     sim = sub.add_parser("simulate", help="one simulated serving run (normalized latency, throughput)")
     sim.add_argument("--model", default="opt-13b", help="opt-13b | opt-66b | opt-175b | llama-13b (Table 1 server)")
     sim.add_argument("--trace", default="sharegpt",
                      help=f"workload: {' | '.join(TRACES)} | path to a length CSV or ShareGPT JSON")
     sim.add_argument("--system", default="paged", choices=SYSTEMS, help="serving system")
     sim.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s; inf: all at t=0)")
-    sim.add_argument("--num-requests", type=positive_int, default=1000, help="requests sampled")
+    sim.add_argument("--num-requests", type=count_or_all, default=1000,
+                     help="requests sampled, or 'all' (every request of the trace; alpaca: 1000)")
     sim.add_argument("--seed", type=seed_int, default=0, help="sampling and arrival seed")
     sim.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (paged)")
     sim.add_argument("--preemption", default="recompute", choices=("recompute", "swap"), help="paged preemption")
@@ -165,6 +231,29 @@ def build_parser() -> argparse.ArgumentParser:
                         help="count with this tokenizer (repeat for several): gpt2 | cl100k | a local Hugging Face "
                              "tokenizer dir; default: cl100k and gpt2")
     traces.set_defaults(func=_traces)
+
+    nbs = sub.add_parser("sweep-notebook", help="run a notebook once per parameter set (papermill)")
+    nbs.add_argument("notebook", help="the notebook, e.g. notebooks/03_throughput.ipynb")
+    nbs.add_argument("--grid", required=True,
+                     help="YAML (inline or a file): {name: [values...]} swept as a product, or a list of "
+                          "{name: value} sets; e.g. '{block_size: [8, 16], num_requests: 200}'")
+    nbs.add_argument("--out", required=True, help="folder for the executed notebooks and each run's figures")
+    nbs.add_argument("--workers", type=positive_int, default=1, help="notebooks at once on this machine")
+    nbs.add_argument("--backend", default="loky", choices=("loky", "dask", "ray"),
+                     help="loky: this machine; dask / ray: a cluster (--address, or a local one on 127.0.0.1)")
+    nbs.add_argument("--address", default=None, help="cluster address, e.g. tcp://scheduler:8786 (dask)")
+    nbs.add_argument("--kernel", default=None, help="Jupyter kernel (default: paged if installed, else python3)")
+    nbs.set_defaults(func=_sweep_notebook)
+
+    man = sub.add_parser("manifest", help="write figures/MANIFEST.json from executed notebooks")
+    man.add_argument("--notebooks", default="build/notebooks", help="folder of executed notebooks")
+    man.add_argument("--figures", default="figures", help="folder of the figure files")
+    man.set_defaults(func=_manifest)
+
+    rep = sub.add_parser("report", help="one self-contained HTML report from executed notebooks")
+    rep.add_argument("--notebooks", default="build/notebooks", help="folder of executed notebooks")
+    rep.add_argument("--out", default="build/report.html", help="the HTML file to write")
+    rep.set_defaults(func=_report)
     return parser
 
 

@@ -40,6 +40,8 @@ def test_simulate_json_has_the_documented_keys():
     (("fragmentation", "--kv-cache-gib", "0"), "--kv-cache-gib"),
     (("fragmentation", "--num-requests", "2"), "no iteration had a waiting request"),
     (("fragmentation", "--max-seq-len", "10"), "max_seq_len=10"),
+    (("simulate", "--num-requests", "al"), "must be an integer ≥ 1 or 'all', got 'al'"),
+    (("report", "--notebooks", "build/none"), "no executed notebooks in 'build/none'"),
 ])
 def test_bad_input_is_one_clear_error(args, message):
     out = run(*args)
@@ -76,3 +78,22 @@ def test_benchmarks_refuse_bad_arguments_in_one_line(module, args, message):
     assert out.returncode == 2, out.stderr
     assert message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _custom_trace(tmp_path, n=30):
+    trace = tmp_path / "t.csv"
+    trace.write_text("prompt_len,output_len\n" + "".join(f"{10 + i},{20 + i}\n" for i in range(n)))
+    return trace
+
+
+def test_all_requests_of_a_custom_trace(tmp_path):
+    trace = _custom_trace(tmp_path)
+    out = run("simulate", "--trace", str(trace), "--num-requests", "all", "--rate", "inf", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["num_requests"] == 30
+    out = run("fragmentation", "--trace", str(trace), "--num-requests", "ALL", "--kv-cache-gib", "0.1",
+              "--max-seq-len", "128", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "30 requests (all of" in out.stderr and set(json.loads(out.stdout)) >= {"paged", "orca-max"}
+    # without "all" the default of 1,000 cannot be drawn from 30 requests
+    assert "cannot sample 1000" in run("simulate", "--trace", str(trace)).stderr

@@ -41,6 +41,7 @@ import pandas as pd
 from paged.core.metrics import request_metrics
 from paged.core.scheduler import PREEMPTION_MODES
 from paged.core.serving_loop import ServingResult
+from paged.experiments.sweep import run_jobs
 from paged.sim.cost_model import CostModel, get_cost_model
 from paged.sim.simulator import simulate
 from paged.sim.static_batching import simulate_static_batching
@@ -135,23 +136,13 @@ def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str 
             "sim_wall_seconds": wall}
 
 
-def _parallel(fn, jobs: list[dict], workers: int, desc: str) -> list:
-    """``fn(**job)`` for every job, over ``workers`` processes (joblib), with a tqdm bar."""
-    from joblib import Parallel, delayed
-    from tqdm.auto import tqdm
-
-    if workers <= 1:
-        return [fn(**job) for job in tqdm(jobs, desc=desc)]
-    gen = Parallel(n_jobs=workers, return_as="generator")(delayed(fn)(**job) for job in jobs)
-    return list(tqdm(gen, total=len(jobs), desc=desc))
-
-
 def sweep(points: list[dict], workers: int = 2, desc: str = "simulate") -> pd.DataFrame:
-    """:func:`simulate_point` for every dict of keyword arguments in ``points``, in parallel.
+    """:func:`simulate_point` for every dict of keyword arguments in ``points``, in parallel
+    (:func:`paged.experiments.sweep.run_jobs`: this machine's processes, or a Dask / Ray cluster).
 
     Nothing is cached between calls. Returns one row per point, in the order given.
     """
-    return pd.DataFrame(_parallel(simulate_point, points, workers, desc))
+    return pd.DataFrame(run_jobs(simulate_point, points, workers=workers, desc=desc))
 
 
 def _sustained(model, trace, system, lo, hi, num_requests, seed, block_size, preemption, threshold, rel_tol,
@@ -240,4 +231,4 @@ def sustained_rate(systems, *, model: str = "opt-13b", trace: str = "sharegpt", 
                  preemption=preemption, threshold=threshold, rel_tol=rel_tol,
                  **_bracket(known, s, lo, hi, threshold, settings))
             for s in systems]
-    return pd.DataFrame(_parallel(_sustained, jobs, workers, f"sustained rate ({trace})"))
+    return pd.DataFrame(run_jobs(_sustained, jobs, workers=workers, desc=f"sustained rate ({trace})"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -29,16 +30,18 @@ def test_check_without_record():
         check_parameters({})
 
 
-@pytest.mark.parametrize("name, value", [
-    ("block_size", 16.5), ("block_size", "16"), ("block_size", True), ("kv_cache_gib", "twelve"),
-    ("block_sizes", 16), ("block_sizes", [1, 2.5]), ("rates", ["fast"]), ("trace", 3), ("flag", 1),
-    ("rates_by_trace", [1.0]), ("num_threads", "two"),
+@pytest.mark.parametrize("name, value, where", [
+    ("block_size", 16.5, "'block_size'"), ("block_size", "16", "'block_size'"), ("block_size", True, "'block_size'"),
+    ("kv_cache_gib", "twelve", "'kv_cache_gib'"), ("block_sizes", 16, "'block_sizes'"),
+    ("block_sizes", [1, 2.5], "block_sizes[1]"), ("rates", ["fast"], "rates[0]"), ("trace", 3, "'trace'"),
+    ("flag", 1, "'flag'"), ("rates_by_trace", [1.0], "'rates_by_trace'"),
+    ("rates_by_trace", {"sharegpt": "3"}, "rates_by_trace['sharegpt']"), ("num_threads", "two", "'num_threads'"),
 ])
-def test_mistyped_parameter_named(name, value):
+def test_mistyped_parameter_named(name, value, where):
     ns = _recorded(block_size=16, kv_cache_gib=12.0, block_sizes=[1, 2, 4], rates=[0.5, 1.0], trace="sharegpt",
                    flag=False, rates_by_trace={"sharegpt": 3.0}, num_threads=1, model_path=None)
     ns[name] = value
-    with pytest.raises(ParameterTypeError, match=f"parameter '{name}' must be"):
+    with pytest.raises(ParameterTypeError, match=f"parameter {re.escape(where)} must be"):
         check_parameters(ns)
 
 
@@ -63,8 +66,8 @@ def test_long_values_are_shortened_in_the_message():
 @pytest.mark.parametrize("name, value, match", [
     ("block_size", 0, "'block_size' must be > 0, got 0"), ("rate", -1.0, "'rate' must be > 0"),
     ("rate", math.nan, "'rate' must be > 0"), ("seed", -1, "'seed' must be ≥ 0"),
-    ("block_sizes", [16, 0], "'block_sizes' must be > 0, got 0 in"), ("block_sizes", [], "'block_sizes' must not be empty"),
-    ("rates_by_trace", {"sharegpt": 0.0}, "'rates_by_trace' must be > 0"),
+    ("block_sizes", [16, 0], r"block_sizes\[1\] must be > 0, got 0 in"), ("block_sizes", [], "'block_sizes' must not be empty"),
+    ("rates_by_trace", {"sharegpt": 0.0}, r"rates_by_trace\['sharegpt'\] must be > 0"),
     ("rates_by_trace", {"foo": 1.0}, "'foo' is not one of"), ("system", "pagd", "'pagd' is not one of"),
     ("systems", ["paged", "x"], "'x' is not one of"),
 ])
@@ -85,3 +88,87 @@ def test_imports_after_record_are_not_parameters():
     ns["math"] = math  # a module imported in the checking cell
     ns["isclose"] = math.isclose
     check_parameters(ns, positive=["block_size"])
+
+
+# -- annotations (the form papermill --help-notebook reads), values inside dicts and lists ---------
+def _annotated(annotations, **defaults):
+    ns = dict(defaults)
+    record_parameters(namespace=ns, annotations=annotations)
+    return ns
+
+
+@pytest.mark.parametrize("annotation, value, message", [
+    (dict[str, float], {"sharegpt": "3"}, "rates['sharegpt'] must be a float (declared dict[str, float]), got '3'"),
+    ("dict[str, float]", {"sharegpt": 3.0, 7: 1.0}, "'rates' has the key 7, which is not a str"),
+    ("list[int]", [8, "16"], "rates[1] must be an int (declared list[int]), got '16'"),
+    ("dict[str, list[int]]", {"a": [1, 2.5]}, "rates['a'][1] must be an int"),
+    ("Optional[int]", "two", "'rates' must be an int or None (declared Optional[int])"),
+    (float, None, "'rates' must be a float"),
+])
+def test_annotated_values_checked_and_named(annotation, value, message):
+    default = {"list[int]": [1], "Optional[int]": 1, float: 1.0}.get(annotation, {"sharegpt": 1.0})
+    if annotation == "dict[str, list[int]]":
+        default = {"a": [1]}
+    ns = _annotated({"rates": annotation}, rates=default)
+    ns["rates"] = value
+    with pytest.raises(ParameterTypeError) as err:
+        check_parameters(ns)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("annotation, value", [
+    ("Optional[int]", None), ("Optional[int]", 3), ("dict[str, float]", {"alpaca": 30}), ("list[float]", [1, 2.5]),
+    ("Any", object()), ("int | None", None),
+])
+def test_annotated_values_accepted(annotation, value):
+    ns = _annotated({"x": annotation}, x=1 if "int" in annotation or annotation == "Any" else
+                    ({"a": 1.0} if "dict" in annotation else [1.0]))
+    ns["x"] = value
+    check_parameters(ns)
+
+
+def test_default_dict_values_checked_without_annotation():
+    ns = _recorded(block_size_rates={"sharegpt": 3.0, "alpaca": 30.0})
+    ns["block_size_rates"] = {"sharegpt": "3"}
+    with pytest.raises(ParameterTypeError, match=r"block_size_rates\['sharegpt'\] must be a float"):
+        check_parameters(ns)
+
+
+def test_required_dict_keys_named():
+    from paged.experiments.notebook import ParameterValueError
+
+    ns = _recorded(traces=["sharegpt", "alpaca"], block_size_rates={"sharegpt": 3.0, "alpaca": 30.0})
+    ns["block_size_rates"] = {"sharegpt": 3.0}
+    with pytest.raises(ParameterValueError, match=r"block_size_rates\['alpaca'\] is missing"):
+        check_parameters(ns, required_keys={"block_size_rates": ns["traces"]})
+    ns["traces"] = ["sharegpt"]  # fewer traces need fewer keys
+    check_parameters(ns, required_keys={"block_size_rates": ns["traces"]})
+
+
+def test_value_rule_names_the_dict_key():
+    from paged.experiments.notebook import ParameterValueError
+
+    ns = _recorded(block_size_rates={"sharegpt": 3.0})
+    ns["block_size_rates"] = {"sharegpt": 0.0}
+    with pytest.raises(ParameterValueError, match=r"block_size_rates\['sharegpt'\] must be > 0"):
+        check_parameters(ns, positive=["block_size_rates"])
+
+
+@pytest.mark.parametrize("annotation, default, match", [
+    ("int", 1.5, "default of 'x' does not match its annotation"),
+    ("Literal['a']", "a", "cannot read the annotation"),
+    (set[int], {1}, "is not one of int, float"),
+])
+def test_bad_annotations_are_the_notebooks_error(annotation, default, match):
+    with pytest.raises(TypeError, match=re.escape(match)):
+        _annotated({"x": annotation}, x=default)
+
+
+def test_checked_parameters_are_json_safe():
+    import json
+
+    from paged.experiments.notebook import checked_parameters
+
+    ns = _recorded(rate=math.inf, sizes=(1, 2), name="x")
+    check_parameters(ns)
+    assert json.loads(json.dumps(checked_parameters(), allow_nan=False)) == {"rate": "inf", "sizes": [1, 2], "name": "x"}
