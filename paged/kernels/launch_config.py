@@ -26,16 +26,20 @@ Triton 3.9) that chose it:
   product of a group is a ``[group, tile, head]`` tensor in registers, which spills for groups ≥ 4
   at useful tiles (see :data:`ELEMENTWISE_MAX_GROUP`).
 
-On a GPU, :mod:`paged.bench.gpu_check` can time the neighbours of each entry
-(:func:`candidate_configs`) and cache the fastest; that is never part of the tests.
+On a GPU, ``make gpu-check`` with ``--autotune`` (:mod:`paged.kernels.autotune`) times the
+neighbours of an entry (:func:`candidate_configs`) and caches the fastest that does not spill in a
+JSON file; :func:`use_tuned_configs` makes :func:`decode_config` prefer those entries in one
+process. Nothing installs them by default, and the tests never do.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 __all__ = ["LaunchConfig", "MAX_REGISTERS", "MIN_WARPS_PER_SM", "ELEMENTWISE_MAX_GROUP", "REDUCE_CONFIG", "REDUCE_CHUNK",
-           "decode_config", "candidate_configs", "next_pow2"]
+           "decode_config", "candidate_configs", "next_pow2", "tuned_key", "use_tuned_configs"]
 
 #: Registers per thread the compile check allows (ptxas' own ceiling is 255). With 4 warps per
 #: program, 128 registers let 4 programs (16 warps, 25% of the 64 warp slots) share one SM's
@@ -87,6 +91,37 @@ def next_pow2(n: int) -> int:
     return 1 << (max(n, 1) - 1).bit_length()
 
 
+#: Autotuned entries installed by :func:`use_tuned_configs` (empty unless a caller installs some).
+_TUNED: dict[str, LaunchConfig] = {}
+
+
+def tuned_key(capability: int, head_size: int, queries_per_kv: int, element_size: int) -> str:
+    """The key of a tuned entry: one compiled kernel serves every group > 1 of a head size."""
+    path = "dot" if queries_per_kv > ELEMENTWISE_MAX_GROUP else "elementwise"
+    return f"sm_{capability}/head_{head_size}/{path}/{element_size}B"
+
+
+def use_tuned_configs(path: str | Path | None) -> dict[str, LaunchConfig]:
+    """Make :func:`decode_config` prefer the autotuned entries in ``path`` (None: forget them).
+
+    Returns:
+        the installed entries by :func:`tuned_key`.
+
+    Raises:
+        OSError: the file cannot be read. ValueError: it is not an autotune result (names the file).
+    """
+    _TUNED.clear()
+    if path is None:
+        return {}
+    try:
+        entries = json.loads(Path(path).read_text())["entries"]
+        tuned = {e["key"]: LaunchConfig(**e["best"]) for e in entries if e.get("best")}
+    except (KeyError, TypeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not an autotune result of paged.kernels.autotune ({err!r})") from None
+    _TUNED.update(tuned)
+    return dict(_TUNED)
+
+
 def decode_config(head_size: int, queries_per_kv: int, element_size: int, capability: int = 80) -> LaunchConfig:
     """The decode kernel's launch parameters for one attention shape (the table above).
 
@@ -98,9 +133,11 @@ def decode_config(head_size: int, queries_per_kv: int, element_size: int, capabi
             ≥ 90 takes the sm_90 column. The compile check verifies 80 and 90 only.
 
     Returns:
-        the :class:`LaunchConfig` the launcher uses. Block size does not enter: a tile gathers
-        tokens from as many blocks as it spans.
+        the :class:`LaunchConfig` the launcher uses (an entry installed by :func:`use_tuned_configs`
+        first). Block size does not enter: a tile gathers tokens from as many blocks as it spans.
     """
+    if _TUNED and (tuned := _TUNED.get(tuned_key(capability, head_size, queries_per_kv, element_size))):
+        return tuned
     values = next_pow2(head_size) * element_size // 2  # one key row, in 16-bit values
     if queries_per_kv > ELEMENTWISE_MAX_GROUP:  # tl.dot: a tile's keys and values staged for the MMA
         tile = min(64, max(16, TILE_VALUES_DOT // values))

@@ -50,8 +50,8 @@ from triton.runtime.interpreter import InterpretedFunction
 from paged.kernels.launch_config import (ELEMENTWISE_MAX_GROUP, REDUCE_CONFIG, LaunchConfig, decode_config,
                                          next_pow2)
 
-__all__ = ["paged_attention_triton", "plan_paged_attention", "KernelLaunch", "use_split_k", "INTERPRETED",
-           "DEFAULT_PARTITION_SIZE"]
+__all__ = ["paged_attention_triton", "plan_paged_attention", "KernelLaunch", "use_split_k", "compiled_variants",
+           "INTERPRETED", "DEFAULT_PARTITION_SIZE"]
 
 #: Tokens per split-K partition (a multiple of every tile size used below).
 DEFAULT_PARTITION_SIZE = 512
@@ -282,10 +282,15 @@ class KernelLaunch:
     constexprs: dict
     config: LaunchConfig
 
-    def run(self) -> None:
-        """Launch (compiling on first use of these constexprs and options, as Triton's JIT does)."""
-        self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.config.num_warps,
-                               num_stages=self.config.num_stages)
+    def run(self):
+        """Launch (compiling on first use of these constexprs and options, as Triton's JIT does).
+
+        Returns:
+            Triton's compiled kernel (on a GPU: with ``n_regs`` and ``n_spills`` as the driver loaded
+            it), or None in the interpreter.
+        """
+        return self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.config.num_warps,
+                                      num_stages=self.config.num_stages)
 
 
 def _check_alignment(key_cache: torch.Tensor, value_cache: torch.Tensor, query: torch.Tensor) -> None:
@@ -435,3 +440,28 @@ def paged_attention_triton(
     for launch in launches:
         launch.run()
     return out
+
+
+def compiled_variants() -> list[dict]:
+    """Every variant Triton's JIT has compiled and loaded in this process (GPU only; empty in the
+    interpreter), with the resources the CUDA driver reports: the runtime side of
+    :mod:`paged.kernels.compile_check`.
+
+    Returns:
+        one dict per variant: ``kernel``, ``device``, ``num_warps``, ``num_stages``, ``registers``
+        and ``spills`` (driver: ``n_regs``, ``n_spills``), ``shared_bytes``, ``constexprs``.
+    """
+    if INTERPRETED:
+        return []
+    found = []
+    for fn in (_paged_attention_decode_kernel, _paged_attention_reduce_kernel):
+        for device, (cache, *_rest) in list(fn.device_caches.items()):
+            for compiled in cache.values():
+                names = fn.arg_names
+                constants = {names[k[0]]: v for k, v in compiled.src.constants.items() if len(k) == 1}
+                found.append({"kernel": fn.__name__.strip("_"), "device": device,
+                              "num_warps": compiled.metadata.num_warps, "num_stages": compiled.metadata.num_stages,
+                              "registers": getattr(compiled, "n_regs", None), "spills": getattr(compiled, "n_spills", None),
+                              "shared_bytes": compiled.metadata.shared,
+                              "constexprs": {k: v for k, v in constants.items() if k.isupper()}})
+    return found
