@@ -141,7 +141,7 @@ def _check(args) -> int:
         print("== autotune (OPT-13B and a GQA shape, fp16, batch 32 × context 4096)", flush=True)
         report["autotune"] = autotune(out / "tuned_configs.json", repeats=args.repeats)
 
-    report["compiled_variants"] = kernel.compiled_variants()
+    report["compiled_variants"] = cc.compiled_variants()
     arch = next((a for a in cc.ARCHS.values() if a.capability == capability), None)
     if arch is not None and cc.missing_tools() is None:
         shapes = [cc.KernelShape("float16", 128, 16, 1, s) for s in (False, True)]

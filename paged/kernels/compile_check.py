@@ -38,7 +38,7 @@ import torch
 
 __all__ = ["GpuArch", "ARCHS", "KernelShape", "ResourceUsage", "HEAD_SIZES", "BLOCK_SIZES", "QUERY_GROUPS",
            "grid_shapes", "missing_tools", "shape_launches", "compile_key", "compile_usage", "occupancy",
-           "violations", "check", "check_in_subprocess"]
+           "violations", "check", "check_in_subprocess", "compiled_variants"]
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -290,6 +290,33 @@ def check_in_subprocess(shapes: list[KernelShape], archs: list[str], cache_dir: 
         raise RuntimeError(f"compile check worker failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
     answer = json.loads(result.stdout)
     return answer["rows"], answer["stats"]
+
+
+def compiled_variants() -> list[dict]:
+    """Every variant Triton's JIT has compiled and loaded in this process (GPU only; empty in the
+    interpreter), with the resources the CUDA driver reports: the runtime side of
+    this module's check.
+
+    Returns:
+        one dict per variant: ``kernel``, ``device``, ``num_warps``, ``num_stages``, ``registers``
+        and ``spills`` (driver: ``n_regs``, ``n_spills``), ``shared_bytes``, ``constexprs``.
+    """
+    from paged.kernels import triton_paged_attention as kernel
+
+    if kernel.INTERPRETED:
+        return []
+    found = []
+    for fn in (kernel._paged_attention_decode_kernel, kernel._paged_attention_reduce_kernel):
+        for device, (cache, *_rest) in list(fn.device_caches.items()):
+            for compiled in cache.values():
+                names = fn.arg_names
+                constants = {names[k[0]]: v for k, v in compiled.src.constants.items() if len(k) == 1}
+                found.append({"kernel": fn.__name__.strip("_"), "device": device,
+                              "num_warps": compiled.metadata.num_warps, "num_stages": compiled.metadata.num_stages,
+                              "registers": getattr(compiled, "n_regs", None), "spills": getattr(compiled, "n_spills", None),
+                              "shared_bytes": compiled.metadata.shared,
+                              "constexprs": {k: v for k, v in constants.items() if k.isupper()}})
+    return found
 
 
 def _worker() -> None:

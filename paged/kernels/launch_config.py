@@ -6,25 +6,35 @@ pipelining depth) and how a group of query heads meets its keys (``padded_dot``:
 the group padded to 16 rows, or an elementwise product and reduction).
 
 :func:`decode_config` is the one table the launcher reads. It is justified by the ahead-of-time
-compile check (:mod:`paged.kernels.compile_check`, run by ``make test`` for sm_80 and sm_90):
-every entry compiles with **no stack** (nothing spilled to local memory) and at most
-:data:`MAX_REGISTERS` registers per thread. The check's measurements (fp16, block size 16, sm_80,
-Triton 3.9) that chose it:
+compile check (:mod:`paged.kernels.compile_check`, run by ``make test`` for sm_80 and sm_90, fp16,
+bf16 and fp32): every entry compiles with **no stack** (nothing spilled to local memory), at most
+:data:`MAX_REGISTERS` registers per thread and at least :data:`MIN_WARPS_PER_SM` resident warps.
+What the check measured (Triton 3.9) and how it shaped the table:
 
-* ``tile`` is the main register cost: a ``[tile, head]`` key tile and value tile live in registers
-  (``tile × head_pad × 2 tiles / threads`` values per thread). 64 tokens × head 128 with 4 warps
-  takes about 100-120 registers; head 256 needs tile 32 for the same budget.
-* ``num_warps=4`` (Triton's default): 8 warps halve the values per thread but only lower registers
-  at head 256, and leave fewer, larger programs per SM.
-* ``num_stages``: the token loop's loads go through the block table (a gather), so deeper
-  pipelining buys little and costs shared memory per program; 2 stages keep shared memory ≤ 32 KiB
-  at tile 64 × head 128 and registers below the limit.
-* ``padded_dot=False`` for a group of one query head (models without GQA, e.g. OPT-13B's 40 heads
-  over 40 KV heads): the elementwise path reads exactly the same key/value bytes (the padded query
-  rows are masked, never loaded), needs no shared memory for ``tl.dot``'s operand layouts, and
-  does 1/16 of the padded dot's multiply-adds. Groups of 2 and more use ``tl.dot``: the elementwise
-  product of a group is a ``[group, tile, head]`` tensor in registers, which spills for groups ≥ 4
-  at useful tiles (see :data:`ELEMENTWISE_MAX_GROUP`).
+* **Specialisation decides spills.** Compiled as Triton's JIT compiles a real launch (16-byte
+  aligned K/V, strides divisible by 16), the former default (tile 64, 4 warps) needs 114 registers
+  and no stack at head 128; compiled without those hints, as issue 13's first table was, the same
+  kernel keeps 32 registers and spills 2,784 bytes per thread. So the launcher refuses unaligned
+  K/V (the variant it would get is not the checked one), and the kernel does not specialise on the
+  integers that change from call to call, so one compiled variant serves every batch.
+* **tile × head is the register cost.** A key tile and a value tile live in registers, so the
+  ``tl.dot`` path holds ``tile × head_pad`` ≤ :data:`TILE_VALUES_DOT` 16-bit values (tile 64 up to
+  head 128, 32 at head 256; half for fp32) with 4 warps up to :data:`WARP4_VALUES` values and 8
+  beyond: 55-96 registers on sm_80 and sm_90 (112 at head 256 with split-K on sm_90).
+* **num_stages** 3 (Triton's default) for ``tl.dot``: sm_90's ptxas (CUDA 13.4 in the wheel) spilled
+  4 bytes at 56-80 registers in some 2-stage configs (head 64 with block size 32, head 256 with
+  split-K) and in 3-stage ones at 128-value rows with split-K, so rows of 128 values take 2 stages
+  on sm_90 and 3 elsewhere. The elementwise path does not pipeline; 2 stages.
+* **The group of one** (no GQA, e.g. OPT-13B's 40 heads over 40 KV heads) takes the elementwise
+  path (``padded_dot=False``): the same key/value bytes as the padded ``tl.dot`` (padded query rows
+  are masked, never loaded), 1/16 of its multiply-adds, no shared-memory staging of K/V for the MMA
+  (4 KiB instead of 38 KiB per program at head 128) and 72 registers at tile 32 (28 warps/SM). The
+  padded dot's 15 wasted rows cost tensor-core issue only, about 16 flop per byte read, below every
+  GPU's ridge; so neither path is compute bound and the choice rests on resources. Larger groups
+  stay on ``tl.dot``: the elementwise product of a group is a ``[group, tile, head]`` fp32 tensor in
+  registers (group 4: 128 registers at tile 16; group 8: 254 at tile 16, 656 bytes of stack at tile
+  32; sm_80, head 128), see :data:`ELEMENTWISE_MAX_GROUP`. Elementwise tiles hold ≤
+  :data:`WARP4_VALUES` values, at most 32 tokens (tile 64 reached 128 registers with split-K).
 
 On a GPU, ``make gpu-check`` with ``--autotune`` (:mod:`paged.kernels.autotune`) times the
 neighbours of an entry (:func:`candidate_configs`) and caches the fastest that does not spill in a
@@ -38,13 +48,17 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["LaunchConfig", "MAX_REGISTERS", "MIN_WARPS_PER_SM", "ELEMENTWISE_MAX_GROUP", "REDUCE_CONFIG", "REDUCE_CHUNK",
-           "decode_config", "candidate_configs", "next_pow2", "tuned_key", "use_tuned_configs"]
+__all__ = ["LaunchConfig", "DEFAULT_PARTITION_SIZE", "MAX_REGISTERS", "MIN_WARPS_PER_SM", "ELEMENTWISE_MAX_GROUP",
+           "REDUCE_CONFIG", "REDUCE_CHUNK", "TILE_VALUES_DOT", "WARP4_VALUES", "decode_config", "candidate_configs",
+           "next_pow2", "tuned_key", "use_tuned_configs", "use_split_k"]
 
+#: Tokens per split-K partition (a multiple of every tile size of the table).
+DEFAULT_PARTITION_SIZE = 512
 #: Registers per thread the compile check allows (ptxas' own ceiling is 255). With 4 warps per
 #: program, 128 registers let 4 programs (16 warps, 25% of the 64 warp slots) share one SM's
-#: 65,536 registers on sm_80 and sm_90; each decode program keeps 16+ KiB of keys and values in
-#: flight, so 4 programs per SM are enough to cover HBM latency (see the compile check's table).
+#: 65,536 registers on sm_80 and sm_90; with 8-16 KiB of keys and values per tile in flight per
+#: program, 4 programs per SM keep 32+ KiB of loads in flight, more than HBM latency × bandwidth
+#: per SM (about 1 µs × 3.35 TB/s ÷ 132 SMs ≈ 25 KB on an H100).
 MAX_REGISTERS = 128
 #: Resident warps per SM the compile check requires of every launch (25% of 64): registers ≤
 #: MAX_REGISTERS alone guarantee it, shared memory must not take it below.
@@ -143,7 +157,7 @@ def decode_config(head_size: int, queries_per_kv: int, element_size: int, capabi
         tile = min(64, max(16, TILE_VALUES_DOT // values))
         stages = 2 if capability >= 90 and values == 128 else 3  # the one place 3 stages spilled on sm_90
         return LaunchConfig(tile, num_warps=4 if tile * values <= WARP4_VALUES else 8, num_stages=stages)
-    tile = min(64, max(8, WARP4_VALUES // values))  # elementwise: a [tile, head] fp32 product per tile
+    tile = min(32, max(8, WARP4_VALUES // values))  # elementwise: a [tile, head] fp32 product per tile
     return LaunchConfig(tile, num_warps=4, num_stages=2, padded_dot=False)
 
 
@@ -158,3 +172,25 @@ def candidate_configs(head_size: int, queries_per_kv: int, element_size: int, ca
     tiles = sorted({t for t in (base.tile // 2, base.tile, base.tile * 2) if low <= t <= 128})
     configs = [LaunchConfig(t, w, s, base.padded_dot) for t in tiles for w in (2, 4, 8) for s in (1, 2, 3)]
     return [base] + [c for c in configs if c != base]
+
+
+def use_split_k(num_seqs: int, num_kv_heads: int, max_context_len: int, num_sms: int,
+                partition_size: int = DEFAULT_PARTITION_SIZE) -> bool:
+    """The rule that picks the split-K (flash-decoding) path.
+
+    Split-K is used when a sequence can span more than one partition
+    (``max_context_len > partition_size``) **and** the single-pass grid of
+    ``num_seqs * num_kv_heads`` programs is smaller than the number of streaming multiprocessors
+    (``num_sms``), i.e. the single pass would leave SMs idle while a few programs walk long
+    contexts. Otherwise one pass is cheaper: it skips the partial-result round trip through memory
+    and the reduce launch.
+
+    Args:
+        num_seqs: sequences in the batch.
+        num_kv_heads: KV heads (one program per KV head and sequence).
+        max_context_len: an upper bound of the context lengths (tokens); the launcher passes
+            ``max_blocks_per_seq * block_size`` so that choosing needs no device→host copy.
+        num_sms: streaming multiprocessors of the device (e.g. 132 on an H100/H200, 108 on an A100).
+        partition_size: tokens per partition.
+    """
+    return max_context_len > partition_size and num_seqs * num_kv_heads < num_sms

@@ -25,7 +25,7 @@ Layout of the work (one Triton program per ``(sequence, KV head[, partition])``)
   programs to fill the GPU. Then the context is cut into partitions of ``partition_size`` tokens
   (512 by default), each partition is one more program writing its partial ``(m, l, acc)``, and a
   second kernel merges the partitions with their log-sum-exp weights, 16 partitions per step (so
-  its registers do not grow with the context). See :func:`use_split_k`.
+  its registers do not grow with the context). See :func:`~paged.kernels.launch_config.use_split_k`.
 * **Launch parameters** (tile, ``num_warps``, ``num_stages``, group path) come from the table in
   :mod:`paged.kernels.launch_config`; :mod:`paged.kernels.compile_check` compiles every entry ahead
   of time for sm_80 and sm_90 and checks that nothing spills. Runtime integers that vary from call
@@ -47,14 +47,11 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from paged.kernels.launch_config import (ELEMENTWISE_MAX_GROUP, REDUCE_CONFIG, LaunchConfig, decode_config,
-                                         next_pow2)
+from paged.kernels.launch_config import (DEFAULT_PARTITION_SIZE, ELEMENTWISE_MAX_GROUP, REDUCE_CONFIG, LaunchConfig,
+                                         decode_config, next_pow2, use_split_k)
 
-__all__ = ["paged_attention_triton", "plan_paged_attention", "KernelLaunch", "use_split_k", "compiled_variants",
-           "INTERPRETED", "DEFAULT_PARTITION_SIZE"]
-
-#: Tokens per split-K partition (a multiple of every tile size used below).
-DEFAULT_PARTITION_SIZE = 512
+__all__ = ["paged_attention_triton", "plan_paged_attention", "KernelLaunch", "use_split_k", "INTERPRETED",
+           "DEFAULT_PARTITION_SIZE"]
 
 
 @triton.jit(do_not_specialize=["queries_per_kv", "stride_bt_seq", "max_num_partitions"],
@@ -225,28 +222,6 @@ def _paged_attention_reduce_kernel(
 
 #: True when the kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1 at import time).
 INTERPRETED = isinstance(_paged_attention_decode_kernel, InterpretedFunction)
-
-
-def use_split_k(num_seqs: int, num_kv_heads: int, max_context_len: int, num_sms: int,
-                partition_size: int = DEFAULT_PARTITION_SIZE) -> bool:
-    """The rule that picks the split-K (flash-decoding) path.
-
-    Split-K is used when a sequence can span more than one partition
-    (``max_context_len > partition_size``) **and** the single-pass grid of
-    ``num_seqs * num_kv_heads`` programs is smaller than the number of streaming multiprocessors
-    (``num_sms``), i.e. the single pass would leave SMs idle while a few programs walk long
-    contexts. Otherwise one pass is cheaper: it skips the partial-result round trip through memory
-    and the reduce launch.
-
-    Args:
-        num_seqs: sequences in the batch.
-        num_kv_heads: KV heads (one program per KV head and sequence).
-        max_context_len: an upper bound of the context lengths (tokens); the launcher passes
-            ``max_blocks_per_seq * block_size`` so that choosing needs no device→host copy.
-        num_sms: streaming multiprocessors of the device (e.g. 132 on an H100/H200, 108 on an A100).
-        partition_size: tokens per partition.
-    """
-    return max_context_len > partition_size and num_seqs * num_kv_heads < num_sms
 
 
 @functools.lru_cache(maxsize=None)
@@ -441,27 +416,3 @@ def paged_attention_triton(
         launch.run()
     return out
 
-
-def compiled_variants() -> list[dict]:
-    """Every variant Triton's JIT has compiled and loaded in this process (GPU only; empty in the
-    interpreter), with the resources the CUDA driver reports: the runtime side of
-    :mod:`paged.kernels.compile_check`.
-
-    Returns:
-        one dict per variant: ``kernel``, ``device``, ``num_warps``, ``num_stages``, ``registers``
-        and ``spills`` (driver: ``n_regs``, ``n_spills``), ``shared_bytes``, ``constexprs``.
-    """
-    if INTERPRETED:
-        return []
-    found = []
-    for fn in (_paged_attention_decode_kernel, _paged_attention_reduce_kernel):
-        for device, (cache, *_rest) in list(fn.device_caches.items()):
-            for compiled in cache.values():
-                names = fn.arg_names
-                constants = {names[k[0]]: v for k, v in compiled.src.constants.items() if len(k) == 1}
-                found.append({"kernel": fn.__name__.strip("_"), "device": device,
-                              "num_warps": compiled.metadata.num_warps, "num_stages": compiled.metadata.num_stages,
-                              "registers": getattr(compiled, "n_regs", None), "spills": getattr(compiled, "n_spills", None),
-                              "shared_bytes": compiled.metadata.shared,
-                              "constexprs": {k: v for k, v in constants.items() if k.isupper()}})
-    return found

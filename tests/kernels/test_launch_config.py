@@ -19,6 +19,7 @@ def test_a_tile_holds_at_most_8192_values_and_4_warps_at_most_4096(head_size, el
         assert config.tile * values <= (lc.TILE_VALUES_DOT if config.padded_dot else lc.WARP4_VALUES) or config.tile == 16
         assert config.num_warps == 4 or config.tile * values > lc.WARP4_VALUES
         assert config.tile >= (16 if config.padded_dot else 8)  # tl.dot's smallest tile is 16
+        assert config.padded_dot or config.tile <= 32
 
 
 def test_sm90_takes_two_stages_where_three_spilled():
