@@ -66,8 +66,12 @@ def _run_tests(path: str) -> dict:
         return {"skipped": f"{path} not found (run from the repository root)"}
     start = time.perf_counter()
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", path],
-                            capture_output=True, text=True, env=env, timeout=240)
+    try:
+        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", path],
+                                capture_output=True, text=True, env=env, timeout=240)
+    except subprocess.TimeoutExpired:
+        print("   GPU tests did not finish in 240 s", flush=True)
+        return {"returncode": "timeout", "summary": "did not finish in 240 s", "seconds": 240}
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     print(result.stdout[-3000:] if result.returncode else (lines[-1] if lines else ""), flush=True)
     return {"returncode": result.returncode, "summary": lines[-1] if lines else "",

@@ -85,7 +85,11 @@ def autotune(cache_path: str | Path, shapes=DEFAULT_TUNE_SHAPES, repeats: int = 
         timed, rejected = [], []
         for config in candidate_configs(shape.head_size, group, element, capability):
             _, launches = plan_paged_attention(*args, split_k=False, config=config)
-            compiled = launches[0].run()
+            try:
+                compiled = launches[0].run()
+            except Exception as error:  # e.g. triton's OutOfResources (shared memory) for a large tile
+                rejected.append({**config.as_dict(), "error": f"{type(error).__name__}: {error}"[:200]})
+                continue
             if compiled.n_spills or compiled.n_regs > MAX_REGISTERS:
                 rejected.append({**config.as_dict(), "registers": compiled.n_regs, "spills": compiled.n_spills})
                 continue
