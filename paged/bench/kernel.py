@@ -18,6 +18,9 @@ from paged.cli import positive_int, run_command
 from paged.experiments.kernel import PAPER_RATIO, ROOFLINE_COLUMNS, roofline_table, sweep
 
 
+GPU_CONTEXTS, GPU_BATCHES = [64, 128, 256, 1024, 4096, 16384], [8, 32, 64]
+
+
 def _ints(text: str) -> list[int]:
     values = [positive_int(x) for x in text.split(",") if x]
     if not values:
@@ -47,8 +50,8 @@ def _report(args) -> None:
     from paged.experiments.kernel import resolve_device
 
     gpu = resolve_device(args.device).type == "cuda"
-    context_lens = args.context_lens or ([64, 128, 256, 1024, 4096, 16384] if gpu else [64, 128, 256, 1024])
-    batch_sizes = args.batch_sizes or ([8, 32, 64] if gpu else [8, 32])
+    context_lens = args.context_lens or (GPU_CONTEXTS if gpu else [64, 128, 256, 1024])
+    batch_sizes = args.batch_sizes or (GPU_BATCHES if gpu else [8, 32])
     frame = sweep(context_lens, batch_sizes, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
                   head_size=args.head_size, block_size=args.block_size, dtype=args.dtype, device=args.device,
                   repeats=args.repeats, max_kv_bytes=None if gpu else 2 << 30)
@@ -68,7 +71,8 @@ def _report(args) -> None:
               f"{'; GPU target ≤ 1.15' if gpu else '; CPU torch paths, not comparable to a GPU kernel'})")
     # The GPU's dtype: this run's on a GPU; on a CPU the one a GPU run would use (fp16 unless --dtype says).
     dtype = frame["dtype"].iloc[0] if gpu or args.dtype != "auto" else "float16"
-    _print_roofline(args, frame, context_lens, batch_sizes, gpu, dtype)
+    # The roofline is arithmetic: on a CPU it covers the GPU's default grid unless a grid was given.
+    _print_roofline(args, frame, args.context_lens or GPU_CONTEXTS, args.batch_sizes or GPU_BATCHES, gpu, dtype)
     if not args.no_compile_check:
         _print_compile_check(args, dtype)
 
