@@ -22,7 +22,7 @@ export PYTHONHASHSEED := 0
 SHARED ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-workloads model clean
+.PHONY: help venv test reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-workloads gpu-check model clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -82,8 +82,13 @@ bench: bench-allocator bench-kernel bench-sim bench-engine bench-workloads ## Ru
 bench-allocator: $(STAMP) ## Allocator and fork speed vs a bare Python list
 	$(PY) -m paged.bench.allocator
 
-bench-kernel: $(STAMP) ## Paged vs contiguous attention latency (Fig. 18a points)
+bench-kernel: $(STAMP) ## Paged vs contiguous attention latency (Fig. 18a points), roofline, AOT compile check
 	$(PY) -m paged.bench.kernel
+
+# Extra arguments for gpu-check, e.g. GPU_CHECK_ARGS=--autotune (see python -m paged.bench.gpu_check --help).
+GPU_CHECK_ARGS ?=
+gpu-check: $(STAMP) ## CUDA GPU only (<5 min): GPU tests, Fig. 18a + long contexts, split-K; JSON + figure in build/gpu_check
+	$(PY) -m paged.bench.gpu_check --out build/gpu_check $(GPU_CHECK_ARGS)
 
 bench-sim: $(STAMP) ## Simulator speed: token-steps/s and one 1,000-request point
 	$(PY) -m paged.bench.sim

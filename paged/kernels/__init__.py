@@ -5,6 +5,10 @@
 * :mod:`~paged.kernels.triton_paged_attention`: the Triton decode kernel and its launcher (imports
   ``triton``; set ``TRITON_INTERPRET=1`` before importing it to run on CPU tensors). It is not
   imported here, so ``import paged.kernels`` works without triton;
+* :mod:`~paged.kernels.launch_config`: the kernel's launch parameters per shape (tile, warps,
+  stages, group path) and the split-K rule; :mod:`~paged.kernels.compile_check`: its ahead-of-time
+  compile for sm_80/sm_90 and resource check (no GPU needed); :mod:`~paged.kernels.autotune`:
+  optional timing of the table's neighbours on a real GPU;
 * :mod:`~paged.kernels.reference`: torch references: the fp32 oracle, the block-table gather, and
   the contiguous-cache baseline of Fig. 18a;
 * :mod:`~paged.kernels.packed`: the engine's padding-free CPU decode path.

@@ -106,7 +106,7 @@ def paged_attention(
         backend: ``"auto"`` (Triton on CUDA tensors, the reference otherwise), ``"triton"`` (on
             CPU tensors only in Triton's interpreter: ``TRITON_INTERPRET=1``), or ``"reference"``.
         split_k: Triton only: force the split-K path on/off; ``None`` applies
-            :func:`paged.kernels.triton_paged_attention.use_split_k`.
+            :func:`paged.kernels.launch_config.use_split_k`.
 
     Returns:
         ``[num_seqs, num_heads, head_size]`` in the query's dtype.

@@ -32,6 +32,7 @@ from support import BF16, CONTEXT_LENS, FP16, FP32, assert_close, make_case
 from paged.kernels.attention import paged_attention
 from paged.kernels import gather_kv, paged_attention_reference, paged_attention_torch
 from paged.kernels import triton_paged_attention as kernel
+from paged.kernels.launch_config import LaunchConfig, decode_config
 from paged.kernels.reference import contiguous_attention
 
 CUDA = torch.cuda.is_available() and not kernel.INTERPRETED
@@ -99,6 +100,43 @@ def test_split_k_many_partitions(dtype):
     assert_close(out, ref, dtype)
     single = kernel.paged_attention_triton(*case, scale=0.1, split_k=False)
     assert_close(single, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", [FP32, FP16])
+@pytest.mark.parametrize("padded_dot", [False, True])
+@pytest.mark.parametrize("split_k", [False, True])
+def test_group_of_one_both_paths(dtype, padded_dot, split_k):
+    """No GQA (one query head per KV head, like OPT-13B): the elementwise path the launcher picks and
+    the padded tl.dot both match the reference, single pass and split-K (partitions of 64 tokens)."""
+    case = make_case((1, 16, 17, 300), 16, 128, 4, 4, dtype, seed=11)
+    config = LaunchConfig(tile=32 if padded_dot else 16, num_warps=4, num_stages=2, padded_dot=padded_dot)
+    out = kernel.paged_attention_triton(*case, scale=128 ** -0.5, split_k=split_k, partition_size=64, config=config)
+    assert_close(out, paged_attention_reference(*case, scale=128 ** -0.5), dtype)
+
+
+def test_launcher_picks_the_elementwise_path_for_groups_of_one():
+    assert not decode_config(128, 1, 2).padded_dot and decode_config(128, 4, 2).padded_dot
+    _, launches = kernel.plan_paged_attention(*make_case((5,), 16, 64, 4, 4, FP16, device="cpu"), scale=0.1)
+    assert launches[0].constexprs["USE_DOT"] is False and launches[0].constexprs["GROUP_PAD"] == 1
+    _, launches = kernel.plan_paged_attention(*make_case((5,), 16, 64, 8, 2, FP16, device="cpu"), scale=0.1,
+                                              split_k=True)
+    assert launches[0].constexprs["GROUP_PAD"] == 16 and [l.grid for l in launches] == [(1, 2, 1), (1, 8, 1)]
+    with pytest.raises(ValueError, match="elementwise path serves query groups ≤ 1"):
+        kernel.plan_paged_attention(*make_case((5,), 16, 64, 8, 2, FP16, device="cpu"), scale=0.1,
+                                    config=LaunchConfig(16, 4, 2, padded_dot=False))
+
+
+def test_misaligned_cache_is_refused():
+    """The compiled variant assumes 16-byte-aligned K/V (what Triton specialises on); a view 4 bytes
+    into its storage is refused with the reason instead of running a variant that spills."""
+    case = list(make_case((5, 20), 16, 64, 4, 4, FP32, device="cpu"))
+    shifted = torch.empty(case[1].numel() + 1, dtype=FP32)[1:].view(case[1].shape)
+    shifted.copy_(case[1])
+    with pytest.raises(ValueError, match="key_cache must start at a 16-byte-aligned address"):
+        kernel.paged_attention_triton(case[0], shifted, case[2], case[3], case[4], scale=0.125)
+    strided = torch.empty(*case[1].shape[:3], 72, dtype=FP32)[..., :64]  # a head stride of 72 elements
+    with pytest.raises(ValueError, match="strides .* multiples of 16"):
+        kernel.paged_attention_triton(case[0], case[1], strided, case[3], case[4], scale=0.125)
 
 
 def test_split_k_rule():
@@ -193,7 +231,9 @@ def test_triton_on_cpu_without_interpreter_says_how():
 
 
 # -- GPU only -------------------------------------------------------------------------------
-gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (compiled Triton)")
+def gpu(test):
+    """GPU-only: marked ``gpu`` (``make gpu-check`` runs ``-m gpu``) and skipped without CUDA."""
+    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (compiled Triton)")(test))
 
 
 @gpu
