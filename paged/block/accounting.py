@@ -10,13 +10,14 @@ life. They read the manager's block tables and change nothing.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import Any
 
 from paged.core.kv_cache_manager import MemoryUsage, split_reserved
 from paged.core.sequence import SequenceGroup, SequenceStatus
 
-if TYPE_CHECKING:
-    from paged.block.manager import PagedKVCacheManager
+#: The functions read a :class:`paged.block.manager.PagedKVCacheManager` (its ``block_tables``,
+#: ``block_size``, ``num_total_slots``, ``shares_across_groups``); typed loosely to avoid an import cycle.
+PagedKVCacheManager = Any
 
 __all__ = ["ceil_sum", "memory_usage", "decode_run_usage", "request_slot_iterations"]
 
