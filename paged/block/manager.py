@@ -167,7 +167,7 @@ class PagedKVCacheManager:
                 sources = [(_HIT, b) for b, _ in hits]
             else:
                 sources = []
-            old = self._layouts.get(seq.seq_id, ())
+            old = self._layouts.get(seq.seq_id, ())[:limit]
             for i in range(len(sources), num_blocks):
                 holder = first_holder.get(old[i], j) if i < len(old) else j
                 sources.append((_SIBLING, holder) if holder != j else (_NEW, 0))

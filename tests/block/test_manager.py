@@ -227,3 +227,78 @@ def test_swap_in_counts_the_copies_its_next_tokens_need():
     assert mgr.can_swap_in(g) is AllocStatus.OK  # 2 blocks + 2 copies = 4 ≤ 6
     mgr.gpu_allocator.allocate(), mgr.gpu_allocator.allocate(), mgr.gpu_allocator.allocate()
     assert mgr.can_swap_in(g) is AllocStatus.LATER  # 3 free < 4
+
+
+# -- prefix sharing: automatic prefix caching and reserved prefixes (issue 10, part 2) -------------
+
+def prompt_group(rid, tokens, output=4, n=1, prefix_len=0):
+    seqs = [Sequence(100 * rid + k, len(tokens), token_ids=list(tokens)) for k in range(n)]
+    return SequenceGroup(rid, 0.0, seqs, output, prefix_len=prefix_len)
+
+
+def admit(mgr, g):
+    assert mgr.can_allocate(g) is AllocStatus.OK
+    starts = mgr.allocate(g)
+    for s in g.seqs:
+        s.status = SequenceStatus.RUNNING
+    return starts
+
+
+def test_prefix_cache_full_hit_leaves_the_last_token_to_compute():
+    mgr = PagedKVCacheManager(16, 4, watermark=0.0, enable_prefix_caching=True)
+    a = prompt_group(0, range(1, 15))  # 14 tokens: 3 full blocks
+    assert admit(mgr, a) == [0]
+    b = prompt_group(1, range(1, 15))
+    assert mgr.prefill_tokens(b) == 2
+    assert admit(mgr, b) == [12]  # 3 blocks hit, the last 2 tokens computed
+    assert mgr.get_block_table(b.seqs[0])[:3] == mgr.get_block_table(a.seqs[0])[:3]
+    c = prompt_group(2, range(1, 13))  # exactly 3 full blocks: the third is computed for the logits
+    assert admit(mgr, c) == [8]
+    assert mgr.get_num_free_gpu_blocks() == 16 - 4 - 1 - 1
+
+
+def test_freed_prompt_is_found_until_evicted_tail_first():
+    mgr = PagedKVCacheManager(6, 4, watermark=0.0, enable_prefix_caching=True)
+    a = prompt_group(0, range(1, 18))  # 5 blocks, 4 full
+    admit(mgr, a)
+    mgr.free(a.seqs[0])  # freed tail first: block 3 is the first cached block to go
+    assert mgr.get_num_free_gpu_blocks() == 6
+    hog = prompt_group(1, [99] * 12, output=1)  # 3 blocks: the two uncached ones, then the prompt's tail block
+    admit(mgr, hog)
+    again = prompt_group(2, range(1, 18), output=1)
+    assert mgr.prefill_tokens(again) == 5  # blocks 0-2 still cached, block 3 was evicted
+    mgr.free(hog.seqs[0])
+    assert mgr.allocate(again) == [12]
+
+
+def test_prefix_cache_never_mixes_prompts_under_a_colliding_hash():
+    mgr = PagedKVCacheManager(16, 4, watermark=0.0, enable_prefix_caching=True, hash_fn=lambda p, t, e: 7)
+    admit(mgr, prompt_group(0, [1, 2, 3, 4, 5, 6, 7, 8, 9]))
+    assert admit(mgr, prompt_group(1, [1, 2, 3, 4, 5, 6, 7, 0, 9])) == [4]  # only the first block matches
+    assert admit(mgr, prompt_group(2, [2, 2, 3, 4, 5, 6, 7, 8, 9])) == [0]
+
+
+def test_prefix_cache_counts_hits_on_free_blocks_as_taken():
+    mgr = PagedKVCacheManager(4, 4, watermark=0.0, enable_prefix_caching=True)
+    a = prompt_group(0, range(1, 14), output=1)  # 4 blocks: 3 full
+    admit(mgr, a)
+    mgr.free(a.seqs[0])
+    b = prompt_group(1, range(1, 14), output=1)
+    assert mgr.can_allocate(b) is AllocStatus.OK and admit(mgr, b) == [12]
+    assert mgr.get_num_free_gpu_blocks() == 0
+
+
+def test_reserved_prefix_is_shared_by_every_request():
+    mgr = PagedKVCacheManager(32, 4, watermark=0.0)
+    groups = [SequenceGroup(i, 0.0, [Sequence(i, 20)], 4, prefix_len=10) for i in range(3)]  # 2 full prefix blocks
+    for g in groups:
+        assert mgr.prefill_tokens(g) == 12
+        assert admit(mgr, g) == [8]
+    tables = [mgr.get_block_table(g.seqs[0]) for g in groups]
+    assert tables[0][:2] == tables[1][:2] == tables[2][:2]
+    assert mgr.get_num_free_gpu_blocks() == 32 - 2 - 3 * 3
+    assert mgr.sharing_counts() == (2 + 9, 15)
+    for g in groups:
+        mgr.free(g.seqs[0])
+    assert mgr.get_num_free_gpu_blocks() == 30  # the reserved prefix stays pinned
+    assert mgr.sharing_counts() == (0, 0)
