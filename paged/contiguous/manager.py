@@ -235,17 +235,22 @@ class ContiguousKVCacheManager:
     def decode_run_usage(self, seq_groups: list[SequenceGroup], num_tokens: list[int], k: int) -> MemoryUsage:
         """:meth:`memory_usage` summed over ``k`` decode iterations in closed form (slot-iterations).
 
-        Group ``i`` (one running sequence) holds ``num_tokens[i] + j`` tokens at iteration ``j`` of its
-        fixed reservation. O(groups).
+        Every running sequence of group ``i`` holds ``num_tokens[i] + j`` tokens at iteration ``j`` of its
+        fixed reservation. O(sequences).
         """
         used = reserved = internal = 0
         tri = k * (k - 1) // 2
+        running = SequenceStatus.RUNNING
         for group, n in zip(seq_groups, num_tokens):
             final_len = group.prompt_len + group.output_len
             used_i = k * n + tri
-            size = self.reservations[group.seqs[0].seq_id][1]
-            will_use = min(size, final_len)
-            used, reserved, internal = used + used_i, reserved + k * will_use - used_i, internal + k * (size - will_use)
+            for seq in group.seqs:
+                if seq.status is not running:
+                    continue
+                size = self.reservations[seq.seq_id][1]
+                will_use = min(size, final_len)
+                used, reserved = used + used_i, reserved + k * will_use - used_i
+                internal += k * (size - will_use)
         total = k * self.num_total_slots
         return MemoryUsage(used, reserved, internal, total - used - reserved - internal, total)
 
