@@ -69,7 +69,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
     def __init__(self, num_blocks: int, block_size: int, *,
                  hash_fn: Callable[[int, tuple[int, ...], Hashable], int] = hash_block_tokens) -> None:
         super().__init__(num_blocks, block_size)
-        self._free = []  # the base class's stack is replaced by the linked queue
+        self._free = []  # the base class's stack stays empty: free blocks live in the linked queue
         self._queue = FreeBlockQueue(num_blocks)
         self._hash: list[int | None] = [None] * num_blocks  # chained hash of a cached block, else None
         self._key: list[tuple | None] = [None] * num_blocks  # (parent content id, tokens, extra keys)
@@ -117,19 +117,11 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         KV (evictable, still findable), else at the head. O(1).
 
         Raises:
-            ValueError / TypeError: as :meth:`paged.block.BlockAllocator.free`.
+            ValueError / TypeError: as :meth:`paged.block.BlockAllocator.free` (which checks and counts).
         """
-        ref_counts = self._ref_counts
-        try:
-            if not 0 <= block_id < self._num_blocks:
-                raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
-            count = ref_counts[block_id]
-        except TypeError:
-            raise TypeError(f"block id must be an integer, got {block_id!r}") from None
-        if count == 0:
-            raise ValueError(f"double free: physical block {block_id} is already free")
-        ref_counts[block_id] = count - 1
-        if count == 1:
+        super().free(block_id)  # at zero, the base class pushes the block on its (otherwise empty) stack
+        if self._free:
+            self._free.pop()
             if self._hash[block_id] is None:
                 self._queue.push_front(block_id)
             else:
