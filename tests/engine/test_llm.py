@@ -201,8 +201,10 @@ def test_groups_under_preemption_equal_an_unpreempted_run(model, mixed_requests,
     got, want = _tokens_and_scores(outs), _tokens_and_scores(unpreempted)
     for g, w in zip(got, want):
         assert [ids for ids, _ in g] == [ids for ids, _ in w]
-        for (_, a), (_, b) in zip(g, w):  # beam scores: recomputed KV equals the original up to rounding
-            assert (a is None and b is None) or a == pytest.approx(b, rel=1e-5, abs=1e-5)
+        # Beam scores: equal up to float rounding (6e-7 seen): a preempted run batches other sequences
+        # with each step, and a matrix product's rounding depends on the batch (same runs alone: bit-equal).
+        for (_, a), (_, b) in zip(g, w):
+            assert (a is None and b is None) or a == pytest.approx(b, rel=1e-6, abs=1e-6)
     assert all(c.token_ids == outs[1].outputs[0].token_ids for c in outs[1].outputs)  # greedy samples agree
     seq = model.generate(torch.tensor([mixed_requests[0][0]]), max_new_tokens=MAX_TOKENS, do_sample=False,
                          pad_token_id=0)[0, len(mixed_requests[0][0]):].tolist()
@@ -257,3 +259,16 @@ def test_string_prompts_get_special_tokens_like_hf():
     once = llm.generate(["<s>Hello there"], params)[0].prompt_token_ids
     assert once == tok("Hello there")["input_ids"]  # not two BOS
     assert llm.generate(["Hello there"], params, add_special_tokens=False)[0].prompt_token_ids[0] != tok.bos_token_id
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_beam_search_preempted_mid_search_returns_the_same_beams(model, prompts, preemption):
+    params = SamplingParams(beam_width=3, max_tokens=MAX_TOKENS)
+    ref = LLM(model, block_size=16, num_gpu_blocks=256).generate(prompts[:5], params)
+    llm = LLM(model, block_size=16, num_gpu_blocks=10, preemption=preemption, watermark=0.0)
+    outs = llm.generate(prompts[:5], params)
+    assert llm.last_stats.num_preemptions > 0 and max(o.metrics["num_preemptions"] for o in outs) > 0
+    for a, b in zip(ref, outs):
+        assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
+        for c, d in zip(a.outputs, b.outputs):  # bit-equal on the dev machine; 1e-6 allows another BLAS
+            assert d.cumulative_logprob == pytest.approx(c.cumulative_logprob, rel=1e-6)
