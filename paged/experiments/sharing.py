@@ -127,15 +127,15 @@ def memory_saving(traces=("alpaca", "sharegpt"), widths=(2, 4, 6), *, rates: dic
 
 
 def engine_memory_saving(model_path=None, *, trace: str = "alpaca", num_requests: int = 8, widths=(2, 4, 6),
-                         seed: int = 0, block_size: int = 16) -> pd.DataFrame:
+                         seed: int = 0, block_size: int = 16, length_scale: float | None = 1.0) -> pd.DataFrame:
     """The real engine's Fig. 15 cross-check: the same measure over its decode steps, prompts and
-    output lengths from ``trace`` (scaled to the model's context; EOS ignored so each sample or beam
-    generates its request's length). Columns as :func:`paged.experiments.engine.sharing_savings`,
-    plus ``saving_percent`` and ``decoding``."""
+    output lengths from ``trace`` (times ``length_scale``, clipped to the model's context; None scales
+    by context / 2048; EOS ignored so each sample or beam generates its request's length). Columns as
+    :func:`paged.experiments.engine.sharing_savings`, plus ``saving_percent`` and ``decoding``."""
     from paged.experiments.engine import DEFAULT_MODEL, sharing_savings
 
     df = sharing_savings(model_path or DEFAULT_MODEL, num_requests=num_requests, widths=tuple(widths),
-                         max_tokens=None, block_size=block_size, seed=seed, trace=trace)
+                         max_tokens=None, block_size=block_size, seed=seed, trace=trace, length_scale=length_scale)
     df["decoding"] = ["parallel" if m == "parallel sampling" else "beam" for m in df["mode"]]
     df["saving_percent"] = 100 * df["memory_saving"]
     return df.assign(trace=trace)

@@ -161,8 +161,9 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, engine: pd.DataF
         else:
             lo, hi = SHAREGPT_SHARING_RANGES[key]
             paper, why = f"{lo}-{hi}% over widths 2-6", "ShareGPT lengths here are the committed trace's (cl100k)"
-        rows.append({"claim": f"Fig. 15: KV blocks saved, {_LABELS[d].format('n' if d == 'parallel' else 'k')}, "
-                              f"{trace}", "paper": paper, "this run": ours, "why it differs": why})
+        kind = "parallel sampling (n)" if d == "parallel" else "beam search (width)"
+        rows.append({"claim": f"Fig. 15: KV blocks saved, {kind}, {trace}", "paper": paper, "this run": ours,
+                     "why it differs": why})
     if engine is not None and len(engine):
         for d, part in engine.groupby("decoding", sort=False):
             rows.append({"claim": f"Fig. 15 cross-check on the real engine, {d}, {part['trace'].iloc[0]} lengths",
