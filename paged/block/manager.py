@@ -21,51 +21,30 @@ Sharing, in every path (§4.4, §4.5):
   leaves at least its last token to compute (so its logits exist), and freed cached blocks stay
   reusable until evicted (LRU).
 
-The planning of a prefill (which block each logical block comes from) is done once per question by
-:meth:`PagedKVCacheManager._plan`, which changes nothing; :meth:`allocate` carries the plan out.
+The planning of a prefill (which block each logical block comes from) is
+:func:`paged.block.prefill_plan.plan_prefill`, which changes nothing; :meth:`allocate` carries the
+plan out. Per-sequence hash chains of the prefix cache: :mod:`paged.block.sequence_hashes`.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 from paged.block import accounting
 from paged.block.accounting import ceil_sum
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
 from paged.block.block_table import BlockTable
 from paged.block.copy_on_write import copies_for_writers
-from paged.block.prefix_caching import NO_PARENT, PrefixCachingBlockAllocator, hash_block_tokens
+from paged.block.prefill_plan import HIT, NEW, PREFIX, SIBLING, PrefillPlan, plan_prefill
+from paged.block.prefix_caching import PrefixCachingBlockAllocator, hash_block_tokens
+from paged.block.sequence_hashes import SequenceHashes
 from paged.core.kv_cache_manager import AllocStatus, MemoryUsage
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
 __all__ = ["PagedKVCacheManager", "ceil_sum"]
 
-# Where a logical block of a planned prefill comes from.
-_NEW, _HIT, _SIBLING, _PREFIX = 0, 1, 2, 3
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-@dataclass(slots=True)
-class _Plan:
-    """A prefill of a group's waiting sequences, planned (nothing changed yet).
-
-    ``sources[j][i]`` is ``(kind, value)`` for logical block ``i`` of sequence ``j``: a new block, a
-    prefix-cache hit (value: the block), the same block as sequence ``value``'s block ``i`` (shared
-    at preemption), or reserved-prefix block ``i``. Sequences after the first of a new group are
-    forks of the first (``forks``)."""
-
-    seqs: list[Sequence]
-    sources: list[list[tuple[int, int]]]
-    starts: list[int]
-    hit_cids: list[list[int]]
-    forks: int = 0
-    needed: int = 0  # free blocks the allocation takes
-    total: int = 0  # distinct blocks the group's tables hold afterwards
-    reserve: int = 0  # reserved-prefix blocks to allocate first
-    tokens: int = field(default=0)
 
 
 class PagedKVCacheManager:
@@ -102,8 +81,9 @@ class PagedKVCacheManager:
         self.block_tables: dict[int, BlockTable] = {}
         self._layouts: dict[int, list[int]] = {}  # seq_id -> its full blocks when preempted by recomputation
         self._reserved: dict[int, list[int]] = {}  # prefix_len -> pinned blocks of that reserved prefix
-        self._hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of its full blocks of known tokens
-        self._cids: dict[int, list[int]] = {}  # seq_id -> content ids of its leading cached blocks
+        self._chains = SequenceHashes(self.gpu_allocator) if enable_prefix_caching else None
+        self._memo: tuple | None = None  # the last prefill plan (see _plan)
+        self._version = 0  # counts the changes to tables and cache (see _plan)
 
     @property
     def shares_across_groups(self) -> bool:
@@ -111,85 +91,18 @@ class PagedKVCacheManager:
         return self.enable_prefix_caching or bool(self._reserved)
 
     # -- planning a prefill (changes nothing) ----------------------------------------------
-    def _token_tuple(self, seq: Sequence, i: int) -> tuple[int, ...]:
-        bs = self.block_size
-        return tuple(seq.token_ids[i * bs:(i + 1) * bs])
-
-    def _block_hashes(self, seq: Sequence, upto: int) -> list[int]:
-        """The chained hashes of the sequence's first ``upto`` full blocks (cached per sequence). O(new tokens)."""
-        hashes = self._hashes.setdefault(seq.seq_id, [])
-        hash_fn = self.gpu_allocator.hash_fn
-        while len(hashes) < upto:
-            parent = hashes[-1] if hashes else NO_PARENT
-            hashes.append(hash_fn(parent, self._token_tuple(seq, len(hashes)), None))
-        return hashes
-
-    def _cache_hits(self, seq: Sequence, limit: int) -> list[tuple[int, int]]:
-        """``(block, content id)`` of the longest run of cached blocks the sequence starts with, at most
-        ``limit`` blocks. O(limit × block_size)."""
-        if seq.token_ids is None:
-            return []
-        limit = min(limit, len(seq.token_ids) // self.block_size)
-        hashes = self._block_hashes(seq, limit)
-        lookup = self.gpu_allocator.lookup
-        hits: list[tuple[int, int]] = []
-        parent = NO_PARENT
-        for i in range(limit):
-            hit = lookup(hashes[i], parent, self._token_tuple(seq, i))
-            if hit is None:
-                break
-            hits.append(hit)
-            parent = hit[1]
-        return hits
-
-    def _plan(self, seq_group: SequenceGroup) -> _Plan:
-        waiting = seq_group.get_seqs(SequenceStatus.WAITING)
-        bs = self.block_size
-        fresh = all(seq.num_generated == 0 for seq in waiting)
-        computed = waiting[:1] if fresh else waiting
-        plan = _Plan(waiting, [], [], [], forks=len(waiting) - len(computed))
-        prefix_len = seq_group.prefix_len
-        pinned = self._reserved.get(prefix_len) if prefix_len else None
-        if prefix_len and pinned is None:
-            plan.reserve = prefix_len // bs
-        allocator = self.gpu_allocator
-        first_holder: dict[int, int] = {}  # block at preemption -> first sequence of the plan holding it
-        counted: set[int] = set()
-        for j, seq in enumerate(computed):
-            n = seq.num_tokens
-            num_blocks = _cdiv(n, bs)
-            limit = (n - 1) // bs  # the block holding the last token is always computed
-            hits: list[tuple[int, int]] = []
-            if prefix_len:
-                sources = [(_PREFIX, i) for i in range(min(prefix_len // bs, limit))]
-            elif self.enable_prefix_caching:
-                hits = self._cache_hits(seq, limit)
-                sources = [(_HIT, b) for b, _ in hits]
-            else:
-                sources = []
-            old = self._layouts.get(seq.seq_id, ())[:limit]
-            for i in range(len(sources), num_blocks):
-                holder = first_holder.get(old[i], j) if i < len(old) else j
-                sources.append((_SIBLING, holder) if holder != j else (_NEW, 0))
-            for block in old:
-                first_holder.setdefault(block, j)
-            covered = next((i for i, (kind, _) in enumerate(sources) if kind == _NEW), num_blocks)
-            plan.sources.append(sources)
-            plan.hit_cids.append([cid for _, cid in hits])
-            plan.starts.append(covered * bs)
-            plan.tokens += n - covered * bs
-            for kind, value in sources:
-                if kind == _NEW:
-                    plan.needed += 1
-                    plan.total += 1
-                elif kind == _HIT and value not in counted:
-                    counted.add(value)
-                    plan.total += 1
-                    plan.needed += allocator.ref_count(value) == 0  # an evictable block leaves the free pool
-        if prefix_len:
-            plan.total += prefix_len // bs
-        plan.needed += plan.reserve
-        plan.starts += [waiting[0].num_tokens] * plan.forks
+    def _plan(self, seq_group: SequenceGroup) -> PrefillPlan:
+        """The plan of a prefill of ``seq_group`` now. The scheduler asks three questions of the same
+        group in a row (budget, fit, allocation); the plan is reused while nothing has changed (every
+        method that changes a block table or the cache counts a new version)."""
+        memo = self._memo
+        state = (id(seq_group), self._version)
+        if memo is not None and memo[0] == state:
+            return memo[1]
+        plan = plan_prefill(seq_group, block_size=self.block_size, allocator=self.gpu_allocator,
+                            layouts=self._layouts, reserved=self._reserved,
+                            cache_hits=self._chains.cache_hits if self._chains else None)
+        self._memo = (state, plan)
         return plan
 
     # -- admission --------------------------------------------------------------------
@@ -255,8 +168,10 @@ class PagedKVCacheManager:
             table = BlockTable(allocator)
             table.append_tokens(seq.num_tokens)
             self.block_tables[seq.seq_id] = table
+            self._version += 1
             return [0]
         plan = self._plan(seq_group)
+        self._version += 1
         if plan.needed > allocator.num_free_blocks:
             raise OutOfBlocksError(f"the prefill needs {plan.needed} free blocks, {allocator.num_free_blocks} are free")
         if plan.reserve:
@@ -266,10 +181,10 @@ class PagedKVCacheManager:
         for sources in plan.sources:  # first take every reused block, so no allocation evicts one of them
             blocks = []
             for kind, value in sources:
-                if kind == _HIT:
+                if kind == HIT:
                     allocator.reuse(value)
                     blocks.append(value)
-                elif kind == _PREFIX:
+                elif kind == PREFIX:
                     allocator.incref(pinned[value])
                     blocks.append(pinned[value])
                 else:
@@ -278,9 +193,9 @@ class PagedKVCacheManager:
         for j, sources in enumerate(plan.sources):  # then new blocks, and blocks shared with a sibling
             blocks = chosen[j]
             for i, (kind, value) in enumerate(sources):
-                if kind == _NEW:
+                if kind == NEW:
                     blocks[i] = allocator.allocate()
-                elif kind == _SIBLING:
+                elif kind == SIBLING:
                     blocks[i] = chosen[value][i]
                     allocator.incref(blocks[i])
         first = None
@@ -288,27 +203,13 @@ class PagedKVCacheManager:
             table = BlockTable.from_blocks(allocator, chosen[j], seq.num_tokens)
             self.block_tables[seq.seq_id] = table
             self._layouts.pop(seq.seq_id, None)
-            if self.enable_prefix_caching and not seq_group.prefix_len:
-                self._cids[seq.seq_id] = list(plan.hit_cids[j])
-                self._register_full_blocks(seq, table)
+            if self._chains is not None and not seq_group.prefix_len:
+                self._chains.start(seq, plan.hit_cids[j])
+                self._chains.register_full_blocks(seq, table)
             first = first or seq
         for seq in plan.seqs[len(plan.sources):]:  # new samples share the first sequence's prompt
             self.fork(first, seq)
         return plan.starts
-
-    def _register_full_blocks(self, seq: Sequence, table: BlockTable) -> None:
-        """Register the table's full blocks of known tokens past those already cached (prefix caching). O(new blocks)."""
-        cids = self._cids.get(seq.seq_id)
-        if cids is None or seq.token_ids is None:
-            return
-        full = min(table.num_tokens, len(seq.token_ids)) // self.block_size
-        if len(cids) >= full:
-            return
-        hashes = self._block_hashes(seq, full)
-        blocks = table.physical_blocks
-        register = self.gpu_allocator.register
-        for i in range(len(cids), full):
-            cids.append(register(blocks[i], hashes[i], cids[-1] if cids else NO_PARENT, self._token_tuple(seq, i)))
 
     # -- decode -----------------------------------------------------------------------
     def _append_blocks_needed(self, seqs: list[Sequence], allocator: BlockAllocator) -> int:
@@ -350,32 +251,35 @@ class PagedKVCacheManager:
         Raises:
             OutOfBlocksError: if called without a successful :meth:`can_append_slots`.
         """
+        self._version += 1
         table = self.block_tables[seq.seq_id]
         copies = table.append_tokens(seq.num_tokens - table.num_tokens)
-        if self.enable_prefix_caching:
-            self._register_full_blocks(seq, table)
+        if self._chains is not None:
+            self._chains.register_full_blocks(seq, table)
         return copies
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """The child shares every block of the parent (§4.4); allocates nothing. O(blocks)."""
+        self._version += 1
         self.block_tables[child.seq_id] = self.block_tables[parent.seq_id].fork()
-        if parent.seq_id in self._cids:
-            self._cids[child.seq_id] = list(self._cids[parent.seq_id])
-            self._hashes[child.seq_id] = list(self._hashes.get(parent.seq_id, ()))
+        if self._chains is not None:
+            self._chains.fork(parent, child)
 
     def free(self, seq: Sequence) -> None:
         """Drop the sequence's block table (each block's count −1, tail first). Unknown sequences: no-op."""
+        self._version += 1
         table = self.block_tables.pop(seq.seq_id, None)
         if table is not None:
             table.free()
-        if self._layouts or self._hashes:
+        if self._layouts:
             self._layouts.pop(seq.seq_id, None)
-            self._cids.pop(seq.seq_id, None)
-            self._hashes.pop(seq.seq_id, None)
+        if self._chains is not None:
+            self._chains.drop(seq)
 
     def free_for_recompute(self, seq_group: SequenceGroup) -> None:
         """Free the group's running sequences' tables, preempted by recomputation (§4.5), remembering
         their full blocks so that :meth:`allocate` shares again exactly what they shared. O(blocks)."""
+        self._version += 1
         bs = self.block_size
         for seq in seq_group.seqs:
             if seq.status is SequenceStatus.RUNNING:
@@ -466,6 +370,7 @@ class PagedKVCacheManager:
 
     def _move(self, seqs: list[Sequence], dst_allocator: BlockAllocator) -> list[tuple[int, int]]:
         """Re-home the sequences' tables onto ``dst_allocator``, keeping sharing intact."""
+        self._version += 1
         needed = len(self._distinct_blocks(seqs))
         if needed > dst_allocator.num_free_blocks:
             raise OutOfBlocksError(f"moving needs {needed} blocks, {dst_allocator.num_free_blocks} free")
