@@ -120,9 +120,12 @@ def _simulate(args: argparse.Namespace) -> int:
     from paged.experiments.serving import simulate_point
     from paged.workloads import get_trace
 
+    if args.n > 1 and args.beam_width > 1:
+        raise ValueError("--n and --beam-width cannot both be above 1 (parallel sampling or beam search)")
     result = simulate_point(model=args.model, trace=args.trace, system=args.system, rate=args.rate,
                             num_requests=args.num_requests, seed=args.seed, block_size=args.block_size,
-                            preemption=args.preemption)
+                            preemption=args.preemption, n=args.n, beam_width=args.beam_width,
+                            prefix_caching=args.prefix_caching, record_sharing=True)
     if args.num_requests is None:  # "all": report how many that was
         result["num_requests"] = len(get_trace(args.trace, None, seed=args.seed))
     if args.json:
@@ -131,6 +134,8 @@ def _simulate(args: argparse.Namespace) -> int:
         width = max(len(k) for k in result)
         for key, value in result.items():
             print(f"{key:<{width}}  {value:.6g}" if isinstance(value, float) else f"{key:<{width}}  {value}")
+        print(f"KV blocks saved by sharing: {result['kv_sharing_saving']:.1%} of "
+              f"{result['kv_blocks_without_sharing_mean']:.1f} blocks per iteration without sharing")
     return 0
 
 
@@ -205,12 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
     frag.add_argument("--json", action="store_true", help="print exactly one JSON object")
     frag.set_defaults(func=_fragmentation)
 
-    from paged.experiments.serving import SYSTEMS, TRACES
+    from paged.experiments.serving import SYSTEMS
+    from paged.workloads.named import NAMED_TRACES
 
-    sim = sub.add_parser("simulate", help="one simulated serving run (normalized latency, throughput)")
+
+    sim = sub.add_parser("simulate", help="one simulated serving run (normalized latency, throughput, "
+                         "KV blocks saved by sharing)")
     sim.add_argument("--model", default="opt-13b", help="opt-13b | opt-66b | opt-175b | llama-13b (Table 1 server)")
     sim.add_argument("--trace", default="sharegpt",
-                     help=f"workload: {' | '.join(TRACES)} | path to a length CSV or ShareGPT JSON")
+                     help=f"workload: {' | '.join(NAMED_TRACES)} | path to a length CSV or ShareGPT JSON")
     sim.add_argument("--system", default="paged", choices=SYSTEMS, help="serving system")
     sim.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s; inf: all at t=0)")
     sim.add_argument("--num-requests", type=count_or_all, default=1000,
@@ -218,6 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=seed_int, default=0, help="sampling and arrival seed")
     sim.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (paged)")
     sim.add_argument("--preemption", default="recompute", choices=("recompute", "swap"), help="paged preemption")
+    sim.add_argument("--n", type=positive_int, default=1, help="parallel samples per request (§6.3)")
+    sim.add_argument("--beam-width", type=positive_int, default=1, help="beam search width (§6.3; 2, 4 or 6)")
+    sim.add_argument("--prefix-caching", action="store_true",
+                     help="paged: find shared prefixes by automatic prefix caching instead of a reserved prefix")
     sim.add_argument("--json", action="store_true", help="print exactly one JSON object")
     sim.set_defaults(func=_simulate)
 

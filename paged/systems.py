@@ -97,7 +97,7 @@ def system_names(*, executor: str | None = None, manager: bool | None = None) ->
 
 def make_kv_manager(system: str, num_slots: int, *, block_size: int = 16, max_seq_len: int = 2048,
                     num_cpu_blocks: int = 0, watermark: float = 0.01,
-                    contiguous_block_size: int = 1) -> KVCacheManager:
+                    contiguous_block_size: int = 1, enable_prefix_caching: bool = False) -> KVCacheManager:
     """A fresh KV cache manager for ``system`` over ``num_slots`` token slots.
 
     Args:
@@ -111,18 +111,24 @@ def make_kv_manager(system: str, num_slots: int, *, block_size: int = 16, max_se
         contiguous_block_size: Orca only: reservations are whole blocks of this many slots. The
             paper's Orca reserves single slots (1, the simulator's default); the real engine passes
             its kernel's block size, so that it reads a reservation as consecutive blocks.
+        enable_prefix_caching: paged only: automatic prefix caching (:mod:`paged.block.prefix_caching`);
+            a contiguous system cannot share, so asking for it there is an error.
 
     Returns:
         A :class:`~paged.block.PagedKVCacheManager` or :class:`~paged.contiguous.ContiguousKVCacheManager`.
 
     Raises:
-        ValueError: for an unknown system, one without a KV cache manager, or bad sizes.
+        ValueError: for an unknown system, one without a KV cache manager, bad sizes, or prefix
+            caching asked of a contiguous system.
     """
     spec = get_system(system)
     if not spec.has_kv_cache_manager:
         raise ValueError(f"system {system!r} ({spec.label}) has no KV cache manager: it batches whole requests")
     if spec.kv_cache == "paged":
         return PagedKVCacheManager(num_slots // block_size, block_size, num_cpu_blocks=num_cpu_blocks,
-                                   watermark=watermark)
+                                   watermark=watermark, enable_prefix_caching=enable_prefix_caching)
+    if enable_prefix_caching:
+        raise ValueError(f"system {system!r} ({spec.label}) keeps one contiguous reservation per sequence: it "
+                         "cannot share blocks, so it has no prefix caching")
     return ContiguousKVCacheManager(num_slots // contiguous_block_size * contiguous_block_size, spec.reservation,
                                     max_seq_len=max_seq_len, block_size=contiguous_block_size)

@@ -30,7 +30,24 @@ def test_simulate_json_has_the_documented_keys():
         assert key in data
 
 
+@pytest.mark.parametrize("flags", [("--n", "4"), ("--beam-width", "4")])
+def test_simulate_groups_print_the_blocks_saved_by_sharing(flags):
+    out = run("simulate", "--trace", "alpaca", "--num-requests", "40", "--rate", "4.0", "--json", *flags)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert {"normalized_latency", "throughput_rps", "num_preemptions", "sim_wall_seconds"} <= set(data)
+    assert data["n" if flags[0] == "--n" else "beam_width"] == 4
+    assert 0 < data["kv_sharing_saving"] < 1
+    assert data["kv_blocks_in_use_mean"] < data["kv_blocks_without_sharing_mean"]
+    plain = json.loads(run("simulate", "--trace", "alpaca", "--num-requests", "40", "--rate", "4.0", "--json",
+                           "--system", "orca-oracle", *flags).stdout)
+    assert plain["kv_sharing_saving"] == 0  # Orca cannot share
+
+
 @pytest.mark.parametrize("args, message", [
+    (("simulate", "--n", "2", "--beam-width", "2"), "cannot both be above 1"),
+    (("simulate", "--beam-width", "3"), "no recorded beam-search trace of width 3"),
+    (("simulate", "--system", "orca-max", "--prefix-caching"), "no prefix caching"),
     (("fragmentation", "--trace", "missing.csv"), "neither a file"),
     (("fragmentation", "--num-requests", "0"), "must be ≥ 1"),
     (("simulate", "--rate", "-1"), "rate"),

@@ -58,7 +58,8 @@ def copies_for_writers(ref_count: int, num_writers: int) -> int:
     Every writer but the last copies: once the others have taken their copies, the last holder is
     the block's sole owner and writes in place. So writers that are all of the block's holders need
     ``num_writers - 1`` copies; if anyone else still holds the block (another request sharing a
-    prefix, a swapped-out sibling), every writer copies. O(1).
+    prefix, a swapped-out sibling), every writer copies. The paged manager asks this when it checks
+    whether a group can append (``can_append_slots``, ``can_swap_in``). O(1).
     """
     if num_writers <= 0:
         return 0

@@ -1,62 +1,109 @@
 """The paged KV cache manager: block tables for every sequence, on demand (paper §4.2–§4.5).
 
 :class:`PagedKVCacheManager` implements :class:`paged.core.KVCacheManager` with one
-:class:`BlockTable` per running sequence over a GPU :class:`BlockAllocator`, and a second allocator
-for the CPU swap space. A prefill takes ``ceil(num_tokens / block_size)`` blocks; a decode takes a
-new block only when its token crosses a block boundary; forked sequences share blocks and
-copy-on-write the shared last block.
+:class:`BlockTable` per sequence over a GPU :class:`BlockAllocator`, and a second allocator for the
+CPU swap space. A prefill takes ``ceil(num_tokens / block_size)`` blocks; a decode takes a new block
+only when its token crosses a block boundary; forked sequences share blocks and copy-on-write the
+shared last block, one copy per writer but the last (§4.4).
+
+Sharing, in every path (§4.4, §4.5):
+
+* **parallel samples** of a new request share every block of its prompt (the prompt is computed once);
+* a group **preempted by recomputation** is prefilled again sharing exactly the full blocks it
+  shared when it was preempted (its prompt, a beam tree), computed once, so a group that fitted
+  before fits again in the same memory;
+* **swapping** moves each shared block once and keeps its reference count;
+* a **reserved prefix** (``SequenceGroup.prefix_len``, the provider-reserved shared prefix of §4.4):
+  its full blocks are allocated once, pinned, and shared by every request that starts with it; its
+  KV counts as computed in advance;
+* **automatic prefix caching** (``enable_prefix_caching``, :mod:`paged.block.prefix_caching`): full
+  blocks are named by their chained hash; a new prompt takes the longest run of cached blocks that
+  leaves at least its last token to compute (so its logits exist), and freed cached blocks stay
+  reusable until evicted (LRU).
+
+The planning of a prefill (which block each logical block comes from) is
+:func:`paged.block.prefill_plan.plan_prefill`, which changes nothing; :meth:`allocate` carries the
+plan out. Per-sequence hash chains of the prefix cache: :mod:`paged.block.sequence_hashes`.
 """
 
 from __future__ import annotations
 
+from paged.block import accounting
+from paged.block.accounting import ceil_sum
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
 from paged.block.block_table import BlockTable
-from paged.core.kv_cache_manager import AllocStatus, MemoryUsage, split_reserved
+from paged.block.copy_on_write import copies_for_writers
+from paged.block.prefill_plan import HIT, NEW, PREFIX, SIBLING, PrefillPlan, plan_prefill
+from paged.block.prefix_caching import PrefixCachingBlockAllocator, hash_block_tokens
+from paged.block.sequence_hashes import SequenceHashes
+from paged.core.kv_cache_manager import AllocStatus, MemoryUsage
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
-__all__ = ["PagedKVCacheManager"]
+__all__ = ["PagedKVCacheManager", "ceil_sum"]
+
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def ceil_sum(x: int, block_size: int) -> int:
-    """``sum(ceil(m / block_size) for m in 1..x)`` in O(1) (blocks), for ``x ≥ 0``."""
-    q, r = divmod(x, block_size)
-    return block_size * q * (q + 1) // 2 + r * (q + 1)
-
-
 class PagedKVCacheManager:
-    """Paged KV cache manager (vLLM's ``BlockSpaceManager``), §4.2–§4.5.
+    """Paged KV cache manager (vLLM's ``BlockSpaceManager``), §4.2–§4.5 (module docstring).
 
     Args:
         num_gpu_blocks: physical blocks of GPU KV cache (blocks).
         block_size: token slots per block (tokens).
         num_cpu_blocks: blocks of CPU swap space (blocks); 0 disables swapping.
-        watermark: fraction of GPU blocks kept free at admission so running sequences can grow
-            without an immediate preemption (vLLM's default is 0.01).
+        watermark: fraction of GPU blocks kept free when admitting a new request, so running sequences
+            can grow without an immediate preemption (vLLM's default 0.01). Swapped-out groups come back
+            without it.
+        enable_prefix_caching: automatic prefix caching over the token ids of the sequences
+            (sequences without ids, as in the simulator, only share reserved prefixes).
+        hash_fn: the prefix cache's block hash (:func:`paged.block.prefix_caching.hash_block_tokens`).
 
     Raises:
         ValueError: on a non-positive block count or block size, or a watermark outside [0, 1).
     """
 
-    def __init__(
-        self,
-        num_gpu_blocks: int,
-        block_size: int,
-        *,
-        num_cpu_blocks: int = 0,
-        watermark: float = 0.01,
-    ) -> None:
+    def __init__(self, num_gpu_blocks: int, block_size: int, *, num_cpu_blocks: int = 0, watermark: float = 0.01,
+                 enable_prefix_caching: bool = False, hash_fn=hash_block_tokens) -> None:
         if not 0.0 <= watermark < 1.0:
             raise ValueError(f"watermark must be in [0, 1), got {watermark}")
-        self.gpu_allocator = BlockAllocator(num_gpu_blocks, block_size)
+        if enable_prefix_caching:
+            self.gpu_allocator: BlockAllocator = PrefixCachingBlockAllocator(num_gpu_blocks, block_size, hash_fn=hash_fn)
+        else:
+            self.gpu_allocator = BlockAllocator(num_gpu_blocks, block_size)
         self.cpu_allocator = BlockAllocator(num_cpu_blocks, block_size) if num_cpu_blocks else None
         self.block_size = block_size
         self.num_total_slots = num_gpu_blocks * block_size
         self.watermark_blocks = int(watermark * num_gpu_blocks)
+        self.enable_prefix_caching = enable_prefix_caching
         self.block_tables: dict[int, BlockTable] = {}
+        self._layouts: dict[int, list[int]] = {}  # seq_id -> its full blocks when preempted by recomputation
+        self._reserved: dict[int, list[int]] = {}  # prefix_len -> pinned blocks of that reserved prefix
+        self._chains = SequenceHashes(self.gpu_allocator) if enable_prefix_caching else None
+        self._memo: tuple | None = None  # the last prefill plan (see _plan)
+        self._version = 0  # counts the changes to tables and cache (see _plan)
+
+    @property
+    def shares_across_groups(self) -> bool:
+        """True if blocks may be shared between requests (prefix caching, a reserved prefix)."""
+        return self.enable_prefix_caching or bool(self._reserved)
+
+    # -- planning a prefill (changes nothing) ----------------------------------------------
+    def _plan(self, seq_group: SequenceGroup) -> PrefillPlan:
+        """The plan of a prefill of ``seq_group`` now. The scheduler asks three questions of the same
+        group in a row (budget, fit, allocation); the plan is reused while nothing has changed (every
+        method that changes a block table or the cache counts a new version)."""
+        memo = self._memo
+        state = (id(seq_group), self._version)
+        if memo is not None and memo[0] == state:
+            return memo[1]
+        plan = plan_prefill(seq_group, block_size=self.block_size, allocator=self.gpu_allocator,
+                            layouts=self._layouts, reserved=self._reserved,
+                            cache_hits=self._chains.cache_hits if self._chains else None)
+        self._memo = (state, plan)
+        return plan
 
     # -- admission --------------------------------------------------------------------
     def _worst_case_blocks(self, seq_group: SequenceGroup) -> int:
@@ -65,20 +112,26 @@ class PagedKVCacheManager:
         final_blocks = _cdiv(seq_group.prompt_len + seq_group.output_len, self.block_size)
         return shared + seq_group.peak_num_seqs * (final_blocks - shared)
 
+    def _simple(self, seq_group: SequenceGroup) -> bool:
+        """One new sequence, no prefix to share: the plan is ``ceil(num_tokens / bs)`` new blocks."""
+        seqs = seq_group.seqs
+        return (len(seqs) == 1 and not self.enable_prefix_caching and not seq_group.prefix_len
+                and seqs[0].seq_id not in self._layouts)
+
     def never_reason(self, seq_group: SequenceGroup) -> str:
         """Why :meth:`can_allocate` says NEVER for ``seq_group``: the numbers that do not fit."""
         usable = self.gpu_allocator.num_blocks - self.watermark_blocks
         return (f"at its final length its {seq_group.peak_num_seqs} sequence(s) need up to "
-                f"{max(self._worst_case_blocks(seq_group), self._prefill_blocks(seq_group))} blocks of "
+                f"{max(self._worst_case_blocks(seq_group), self._plan(seq_group).total)} blocks of "
                 f"{self.block_size} tokens, but the cache has {usable} usable blocks "
                 f"({self.gpu_allocator.num_blocks} minus a watermark of {self.watermark_blocks})")
 
-    def _prefill_blocks(self, seq_group: SequenceGroup) -> int:
-        """Blocks a prefill of the group's waiting sequences takes (a shared prompt once)."""
-        waiting = seq_group.get_seqs(SequenceStatus.WAITING)
-        if all(seq.num_generated == 0 for seq in waiting):
-            return _cdiv(waiting[0].num_tokens, self.block_size) if waiting else 0
-        return sum(_cdiv(seq.num_tokens, self.block_size) for seq in waiting)
+    def prefill_tokens(self, seq_group: SequenceGroup) -> int:
+        """Tokens the prefill of the group's waiting sequences computes: a shared prompt once, blocks
+        the group shared once, cached and reserved-prefix tokens not at all. O(prompt blocks)."""
+        if self._simple(seq_group):
+            return seq_group.seqs[0].num_tokens
+        return self._plan(seq_group).tokens
 
     def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
         """OK if the prefill fits above the watermark; LATER if it must wait for memory.
@@ -86,63 +139,154 @@ class PagedKVCacheManager:
         NEVER if the request could not run even alone in an empty cache: its prefill, or its
         sequences at their final length (prompt + output; full prompt blocks shared; beam search:
         ``seq_group.peak_num_seqs`` candidates), need more blocks than the cache has above the
-        watermark.
+        watermark. O(prompt blocks).
         """
-        needed = self._prefill_blocks(seq_group)
         usable = self.gpu_allocator.num_blocks - self.watermark_blocks
-        if needed > usable or self._worst_case_blocks(seq_group) > usable:
+        if self._simple(seq_group):
+            needed = total = _cdiv(seq_group.seqs[0].num_tokens, self.block_size)
+        else:
+            plan = self._plan(seq_group)
+            needed, total = plan.needed, plan.total
+        if total > usable or self._worst_case_blocks(seq_group) > usable:
             return AllocStatus.NEVER
         if self.gpu_allocator.num_free_blocks - needed >= self.watermark_blocks:
             return AllocStatus.OK
         return AllocStatus.LATER
 
-    def allocate(self, seq_group: SequenceGroup) -> None:
-        """Block tables for the group's waiting sequences; samples of one prompt share it.
+    def allocate(self, seq_group: SequenceGroup) -> list[int]:
+        """Block tables for the group's waiting sequences (module docstring): new samples fork the
+        prompt's table, a recomputed group shares again what it shared, cached and reserved-prefix
+        blocks are reused. Returns each waiting sequence's first token to compute
+        (:meth:`paged.core.KVCacheManager.allocate`). O(blocks).
 
         Raises:
             OutOfBlocksError: if called without a successful :meth:`can_allocate`.
         """
-        waiting = seq_group.get_seqs(SequenceStatus.WAITING)
-        if waiting and all(seq.num_generated == 0 for seq in waiting):
-            table = BlockTable(self.gpu_allocator)
-            table.append_tokens(waiting[0].num_tokens)
-            self.block_tables[waiting[0].seq_id] = table
-            for seq in waiting[1:]:
-                self.block_tables[seq.seq_id] = table.fork()
-            return
-        for seq in waiting:  # recomputation of sequences that already diverged
-            table = BlockTable(self.gpu_allocator)
+        allocator = self.gpu_allocator
+        if self._simple(seq_group):
+            seq = seq_group.seqs[0]
+            table = BlockTable(allocator)
             table.append_tokens(seq.num_tokens)
             self.block_tables[seq.seq_id] = table
+            self._version += 1
+            return [0]
+        plan = self._plan(seq_group)
+        self._version += 1
+        if plan.needed > allocator.num_free_blocks:
+            raise OutOfBlocksError(f"the prefill needs {plan.needed} free blocks, {allocator.num_free_blocks} are free")
+        if plan.reserve:
+            self._reserved[seq_group.prefix_len] = [allocator.allocate() for _ in range(plan.reserve)]
+        pinned = self._reserved.get(seq_group.prefix_len, [])
+        chosen: list[list[int]] = []
+        for sources in plan.sources:  # first take every reused block, so no allocation evicts one of them
+            blocks = []
+            for kind, value in sources:
+                if kind == HIT:
+                    allocator.reuse(value)
+                    blocks.append(value)
+                elif kind == PREFIX:
+                    allocator.incref(pinned[value])
+                    blocks.append(pinned[value])
+                else:
+                    blocks.append(-1)
+            chosen.append(blocks)
+        for j, sources in enumerate(plan.sources):  # then new blocks, and blocks shared with a sibling
+            blocks = chosen[j]
+            for i, (kind, value) in enumerate(sources):
+                if kind == NEW:
+                    blocks[i] = allocator.allocate()
+                elif kind == SIBLING:
+                    blocks[i] = chosen[value][i]
+                    allocator.incref(blocks[i])
+        first = None
+        for j, seq in enumerate(plan.seqs[:len(plan.sources)]):
+            table = BlockTable.from_blocks(allocator, chosen[j], seq.num_tokens)
+            self.block_tables[seq.seq_id] = table
+            self._layouts.pop(seq.seq_id, None)
+            if self._chains is not None and not seq_group.prefix_len:
+                self._chains.start(seq, plan.hit_cids[j])
+                self._chains.register_full_blocks(seq, table)
+            first = first or seq
+        for seq in plan.seqs[len(plan.sources):]:  # new samples share the first sequence's prompt
+            self.fork(first, seq)
+        return plan.starts
 
     # -- decode -----------------------------------------------------------------------
-    def can_append_slots(self, seq_group: SequenceGroup) -> bool:
-        """True if every running sequence of the group can get its next slot (incl. CoW)."""
+    def _append_blocks_needed(self, seqs: list[Sequence], allocator: BlockAllocator) -> int:
+        """Free blocks that making room for every sequence's ``num_tokens`` takes: blocks past each
+        table's end, plus the copy-on-write copies of shared, partly filled last blocks, one per writer
+        but the last when the writers are all of a block's holders (§4.4). O(sequences)."""
+        bs = self.block_size
+        tables = self.block_tables
         needed = 0
-        for seq in seq_group.seqs:
-            if seq.status is SequenceStatus.RUNNING:
-                table = self.block_tables[seq.seq_id]
-                needed += table.num_new_blocks(seq.num_tokens - table.num_tokens)
-        return needed <= self.gpu_allocator.num_free_blocks
+        writers: dict[int, int] = {}
+        for seq in seqs:
+            table = tables[seq.seq_id]
+            have = table.num_tokens
+            if seq.num_tokens <= have:
+                continue
+            needed += _cdiv(seq.num_tokens, bs) - table.num_blocks
+            if have % bs:
+                last = table.last_block
+                writers[last] = writers.get(last, 0) + 1
+        for block, num_writers in writers.items():
+            needed += copies_for_writers(allocator.ref_count(block), num_writers)
+        return needed
+
+    def can_append_slots(self, seq_group: SequenceGroup) -> bool:
+        """True if every running sequence of the group can get its next slot, copy-on-write included
+        (``n - 1`` copies for ``n`` writers of one shared block). O(sequences)."""
+        seqs = seq_group.seqs
+        if len(seqs) == 1:
+            seq = seqs[0]
+            table = self.block_tables[seq.seq_id]
+            return table.num_new_blocks(seq.num_tokens - table.num_tokens) <= self.gpu_allocator.num_free_blocks
+        running = [seq for seq in seqs if seq.status is SequenceStatus.RUNNING]
+        return self._append_blocks_needed(running, self.gpu_allocator) <= self.gpu_allocator.num_free_blocks
 
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
-        """Room for ``seq.num_tokens`` tokens; copy-on-write pairs to apply (§4.4).
+        """Room for ``seq.num_tokens`` tokens; copy-on-write pairs to apply (§4.4). With prefix caching,
+        blocks that fill up are registered. O(new blocks).
 
         Raises:
             OutOfBlocksError: if called without a successful :meth:`can_append_slots`.
         """
+        self._version += 1
         table = self.block_tables[seq.seq_id]
-        return table.append_tokens(seq.num_tokens - table.num_tokens)
+        copies = table.append_tokens(seq.num_tokens - table.num_tokens)
+        if self._chains is not None:
+            self._chains.register_full_blocks(seq, table)
+        return copies
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
-        """The child shares every block of the parent (§4.4); allocates nothing."""
+        """The child shares every block of the parent (§4.4); allocates nothing. O(blocks)."""
+        self._version += 1
         self.block_tables[child.seq_id] = self.block_tables[parent.seq_id].fork()
+        if self._chains is not None:
+            self._chains.fork(parent, child)
 
     def free(self, seq: Sequence) -> None:
-        """Drop the sequence's block table (each block's count −1). Unknown sequences: no-op."""
+        """Drop the sequence's block table (each block's count −1, tail first). Unknown sequences: no-op."""
+        self._version += 1
         table = self.block_tables.pop(seq.seq_id, None)
         if table is not None:
             table.free()
+        if self._layouts:
+            self._layouts.pop(seq.seq_id, None)
+        if self._chains is not None:
+            self._chains.drop(seq)
+
+    def free_for_recompute(self, seq_group: SequenceGroup) -> None:
+        """Free the group's running sequences' tables, preempted by recomputation (§4.5), remembering
+        their full blocks so that :meth:`allocate` shares again exactly what they shared. O(blocks)."""
+        self._version += 1
+        bs = self.block_size
+        for seq in seq_group.seqs:
+            if seq.status is SequenceStatus.RUNNING:
+                table = self.block_tables.pop(seq.seq_id)
+                if len(seq_group.seqs) > 1:
+                    self._layouts[seq.seq_id] = table.physical_blocks[: table.num_tokens // bs]
+                table.free()
 
     def get_block_table(self, seq: Sequence) -> list[int]:
         """Physical block ids of the sequence, in logical order. O(blocks).
@@ -153,12 +297,12 @@ class PagedKVCacheManager:
         return self.block_tables[seq.seq_id].physical_blocks
 
     def get_num_free_gpu_blocks(self) -> int:
-        """Free GPU blocks (blocks)."""
+        """Free GPU blocks, evictable cached ones included (blocks)."""
         return self.gpu_allocator.num_free_blocks
 
     @property
     def num_used_slots(self) -> int:
-        """Slots of the GPU blocks in use now (tokens). O(1)."""
+        """Slots of the GPU blocks in use now, reserved prefixes included (tokens). O(1)."""
         allocator = self.gpu_allocator
         return (allocator.num_blocks - allocator.num_free_blocks) * self.block_size
 
@@ -170,6 +314,16 @@ class PagedKVCacheManager:
         tables = [self.block_tables[s.seq_id] for s in seqs if s.seq_id in self.block_tables]
         distinct = {b for table in tables for b in table.physical_blocks}
         return len(distinct), sum(table.num_blocks for table in tables)
+
+    def sharing_counts(self) -> tuple[int, int]:
+        """``(GPU blocks the sequences hold, blocks they would hold without sharing)`` (§4.4, Fig. 15):
+        blocks in use minus reserved-prefix blocks no sequence uses now, and the sum of the GPU block
+        tables' lengths. O(sequences)."""
+        allocator = self.gpu_allocator
+        unused_prefix = sum(1 for blocks in self._reserved.values() for b in blocks if allocator.ref_count(b) == 1)
+        in_use = allocator.num_blocks - allocator.num_free_blocks - unused_prefix
+        logical = sum(t.num_blocks for t in self.block_tables.values() if t.allocator is allocator)
+        return in_use, logical
 
     # -- swapping (§4.5) ----------------------------------------------------------------
     def _distinct_blocks(self, seqs: list[Sequence]) -> set[int]:
@@ -197,14 +351,14 @@ class PagedKVCacheManager:
         return self._move(seq_group.get_seqs(SequenceStatus.RUNNING), self.cpu_allocator)
 
     def can_swap_in(self, seq_group: SequenceGroup) -> AllocStatus:
-        """Whether the group's swapped blocks (plus one to grow each) fit on the GPU."""
+        """Whether the group's swapped blocks (each shared block once) plus the blocks its next tokens
+        need (:meth:`_append_blocks_needed`) fit in the free GPU blocks. No watermark: the group was
+        running, and one that used every block must be able to come back. O(blocks)."""
         seqs = seq_group.get_seqs(SequenceStatus.SWAPPED)
-        needed = len(self._distinct_blocks(seqs)) + len(seqs)
+        needed = len(self._distinct_blocks(seqs)) + self._append_blocks_needed(seqs, self.cpu_allocator)
         if needed > self.gpu_allocator.num_blocks:
             return AllocStatus.NEVER
-        if self.gpu_allocator.num_free_blocks - needed >= self.watermark_blocks:
-            return AllocStatus.OK
-        return AllocStatus.LATER
+        return AllocStatus.OK if needed <= self.gpu_allocator.num_free_blocks else AllocStatus.LATER
 
     def swap_in(self, seq_group: SequenceGroup) -> list[tuple[int, int]]:
         """Move the group's swapped sequences back to GPU blocks; shared blocks move once.
@@ -216,6 +370,7 @@ class PagedKVCacheManager:
 
     def _move(self, seqs: list[Sequence], dst_allocator: BlockAllocator) -> list[tuple[int, int]]:
         """Re-home the sequences' tables onto ``dst_allocator``, keeping sharing intact."""
+        self._version += 1
         needed = len(self._distinct_blocks(seqs))
         if needed > dst_allocator.num_free_blocks:
             raise OutOfBlocksError(f"moving needs {needed} blocks, {dst_allocator.num_free_blocks} free")
@@ -241,7 +396,7 @@ class PagedKVCacheManager:
 
         A sequence with room for ``n`` tokens in whole blocks needs a new block at iterations
         ``j = first, first + block_size, ...`` (``first = ceil(n / bs) * bs - n + 1``). Sequences must
-        hold private last blocks (one running sequence per group). O(crossings).
+        write only into last blocks they hold alone (shared blocks are full). O(crossings).
         """
         if max_iterations <= 1:
             return max_iterations
@@ -259,64 +414,16 @@ class PagedKVCacheManager:
         return events[free]  # the iteration that would need block number free + 1: stop before it
 
     def decode_run_usage(self, seq_groups: list[SequenceGroup], num_tokens: list[int], k: int) -> MemoryUsage:
-        """:meth:`memory_usage` summed over ``k`` decode iterations in closed form (slot-iterations).
-
-        Group ``i`` has one running sequence holding ``n = num_tokens[i] + j`` tokens at iteration
-        ``j`` in ``ceil(n / bs)`` blocks. O(groups).
-        """
-        used = reserved = internal = 0
-        tri = k * (k - 1) // 2
-        bs = self.block_size
-        for group, n in zip(seq_groups, num_tokens):
-            final_len = group.prompt_len + group.output_len
-            used_i = k * n + tri
-            alloc_sum = bs * (ceil_sum(n + k - 1, bs) - ceil_sum(n - 1, bs))
-            last_alloc = -(-final_len // bs) * bs  # slots once the final block is allocated
-            count = max(0, n + k - 1 - max(n - 1, last_alloc - bs))  # iterations in that block
-            excess = count * (last_alloc - final_len)  # allocated slots beyond final_len
-            used, reserved, internal = used + used_i, reserved + alloc_sum - excess - used_i, internal + excess
-        total = k * self.num_total_slots
-        return MemoryUsage(used, reserved, internal, total - used - reserved - internal, total)
+        """:meth:`memory_usage` summed over ``k`` decode iterations in closed form
+        (:func:`paged.block.accounting.decode_run_usage`)."""
+        return accounting.decode_run_usage(self, seq_groups, num_tokens, k)
 
     def request_slot_iterations(self, prompt_len: int, output_len: int) -> int:
-        """Slots a lone request holds over the ``output_len`` iterations that generate its tokens:
-        ``ceil((prompt_len + j) / bs) × bs`` at the iteration that produces token ``j + 1``. O(1)."""
-        bs = self.block_size
-        return bs * (ceil_sum(prompt_len + output_len - 1, bs) - ceil_sum(prompt_len - 1, bs))
+        """Slots a lone request holds over its life (:func:`paged.block.accounting.request_slot_iterations`). O(1)."""
+        return accounting.request_slot_iterations(self.block_size, prompt_len, output_len)
 
     # -- accounting (§3, Fig. 2) ------------------------------------------------------
     def memory_usage(self, seq_groups: list[SequenceGroup]) -> MemoryUsage:
-        """Token states / reservation / internal / external slots of the GPU cache.
-
-        Per sequence: it holds ``num_blocks × block_size`` slots, ``num_tokens`` of them hold
-        tokens; of the rest, those it will fill before reaching ``prompt_len + output_len``
-        tokens are reservation, the others internal fragmentation. Blocks shared by a group's
-        sequences are counted once. Everything else (free blocks) is external & other.
-        """
-        block_size = self.block_size
-        used = reserved = internal = 0
-        for group in seq_groups:
-            final_len = group.prompt_len + group.output_len
-            seqs = [s for s in group.seqs if s.seq_id in self.block_tables and s.status is SequenceStatus.RUNNING]
-            if len(seqs) == 1:
-                table = self.block_tables[seqs[0].seq_id]
-                n = table.num_tokens
-                r, i = split_reserved(n, table.num_blocks * block_size, final_len)
-                used, reserved, internal = used + n, reserved + r, internal + i
-                continue
-            filled: dict[int, tuple[int, int]] = {}  # block -> (tokens in it, slots to be filled)
-            for seq in seqs:
-                table = self.block_tables[seq.seq_id]
-                n = table.num_tokens
-                for idx, block in enumerate(table.physical_blocks):
-                    start = idx * block_size
-                    now = min(block_size, n - start)
-                    later = min(block_size, max(final_len - start, 0))
-                    old = filled.get(block, (0, 0))
-                    filled[block] = (max(old[0], now), max(old[1], later))
-            for now, later in filled.values():
-                used += now
-                reserved += max(later - now, 0)
-                internal += block_size - max(later, now)
-        total = self.num_total_slots
-        return MemoryUsage(used, reserved, internal, total - used - reserved - internal, total)
+        """Token states / reservation / internal / external slots of the GPU cache, shared blocks once
+        (:func:`paged.block.accounting.memory_usage`)."""
+        return accounting.memory_usage(self, seq_groups)

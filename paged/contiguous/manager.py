@@ -51,6 +51,11 @@ class ContiguousKVCacheManager:
         self.buddy = BuddyAllocator(num_slots)
         self.num_total_slots = num_slots
         self.reservations: dict[int, tuple[int, int]] = {}  # seq_id -> (start slot, slots)
+        # Groups of several sequences (parallel samples, beam candidates) reserve their peak number of
+        # sequences at admission; reservations not held by a sequence now are the group's spares.
+        self._group_of: dict[int, int] = {}  # seq_id -> its group's key
+        self._spares: dict[int, list[int]] = {}  # group key -> start slots of spare reservations
+        self._live: dict[int, int] = {}  # group key -> sequences holding a reservation
 
     def _size(self, seq_group: SequenceGroup) -> int:
         size = reservation_size(self.policy, seq_group.prompt_len, seq_group.output_len, self.max_seq_len)
@@ -63,16 +68,27 @@ class ContiguousKVCacheManager:
         if final_len > size:
             return (f"its sequences reach {final_len} tokens but the {self.policy!r} policy reserves at most "
                     f"max_seq_len={self.max_seq_len} slots per sequence")
+        count = self._num_reservations(seq_group)
+        if count * (1 << self.buddy.order_for(size)) > self.num_total_slots:
+            return (f"its {count} sequences need {count} reservations of {1 << self.buddy.order_for(size)} slots, "
+                    f"more than the {self.num_total_slots}-slot cache")
         return (f"its {size}-slot reservation per sequence needs a contiguous block of "
                 f"{1 << self.buddy.order_for(size)} slots, larger than the largest the "
                 f"{self.num_total_slots}-slot cache has ({self.buddy.largest_block()})")
 
+    @staticmethod
+    def _num_reservations(seq_group: SequenceGroup) -> int:
+        """Reservations a prefill of the group takes: one per sequence it will run at once (§6.1)."""
+        return max(seq_group.num_seqs(SequenceStatus.WAITING), seq_group.peak_num_seqs)
+
     def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
-        """NEVER if the request outgrows its reservation or the largest block; else OK/LATER."""
+        """NEVER if the request outgrows its reservation, the largest block, or the cache (one reservation
+        per sequence it will run at once); else OK/LATER."""
         size = self._size(seq_group)
-        waiting = seq_group.num_seqs(SequenceStatus.WAITING)
+        waiting = self._num_reservations(seq_group)
         final_len = seq_group.prompt_len + seq_group.output_len
-        if final_len > size or size > self.buddy.largest_block():
+        if final_len > size or size > self.buddy.largest_block() or \
+                waiting * (1 << self.buddy.order_for(size)) > self.num_total_slots:
             return AllocStatus.NEVER
         if waiting * (1 << self.buddy.order_for(size)) > self.buddy.num_free_slots:
             return AllocStatus.LATER
@@ -90,15 +106,37 @@ class ContiguousKVCacheManager:
                 self.buddy.free(start)
         return AllocStatus.OK
 
-    def allocate(self, seq_group: SequenceGroup) -> None:
-        """One reservation per waiting sequence.
+    def prefill_tokens(self, seq_group: SequenceGroup) -> int:
+        """Tokens the prefill computes: a new group's prompt once (then copied into each sample's
+        reservation); a recomputed group's every sequence in full (nothing is shared). O(sequences)."""
+        waiting = seq_group.get_seqs(SequenceStatus.WAITING)
+        if all(seq.num_generated == 0 for seq in waiting):
+            return waiting[0].num_tokens if waiting else 0
+        return sum(seq.num_tokens for seq in waiting)
+
+    def allocate(self, seq_group: SequenceGroup) -> list[int]:
+        """One reservation per waiting sequence, plus spares up to the group's peak number of sequences
+        (a beam group reserves its width at admission). Returns each sequence's first token to compute:
+        a new group's samples take the first one's prompt (the engine copies it), a recomputed group
+        computes everything. O(reservations).
 
         Raises:
             MemoryError: if called without a successful :meth:`can_allocate`.
         """
         size = self._size(seq_group)
-        for seq in seq_group.get_seqs(SequenceStatus.WAITING):
-            self.reservations[seq.seq_id] = (self.buddy.allocate(size), size)
+        waiting = seq_group.get_seqs(SequenceStatus.WAITING)
+        starts = [self.buddy.allocate(size) for _ in range(self._num_reservations(seq_group))]
+        for seq, start in zip(waiting, starts):
+            self.reservations[seq.seq_id] = (start, size)
+        if len(starts) > 1:
+            key = id(seq_group)
+            self._spares[key] = starts[len(waiting):]
+            self._live[key] = len(waiting)
+            for seq in waiting:
+                self._group_of[seq.seq_id] = key
+        if all(seq.num_generated == 0 for seq in waiting):
+            return [0] + [waiting[0].num_tokens] * (len(waiting) - 1)
+        return [0] * len(waiting)
 
     def can_append_slots(self, seq_group: SequenceGroup) -> bool:
         """True while every running sequence stays inside its reservation."""
@@ -122,19 +160,48 @@ class ContiguousKVCacheManager:
         return []
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
-        """A contiguous system cannot share: the child gets its own reservation (a copy).
+        """A contiguous system cannot share: the child gets its own reservation (a copy of the parent's
+        KV), one of its group's spares if it has one. O(1) with a spare.
 
         Raises:
-            MemoryError: if no free block is large enough.
+            MemoryError: if there is no spare and no free block is large enough.
         """
         size = self.reservations[parent.seq_id][1]
-        self.reservations[child.seq_id] = (self.buddy.allocate(size), size)
+        key = self._group_of.get(parent.seq_id)
+        spares = self._spares.get(key) if key is not None else None
+        self.reservations[child.seq_id] = (spares.pop() if spares else self.buddy.allocate(size), size)
+        if key is not None:
+            self._group_of[child.seq_id] = key
+            self._live[key] += 1
 
     def free(self, seq: Sequence) -> None:
-        """Release the sequence's reservation. Unknown sequences: no-op."""
+        """Release the sequence's reservation (to its group's spares while the group has other live
+        sequences; the spares with the last one). Unknown sequences: no-op."""
         entry = self.reservations.pop(seq.seq_id, None)
-        if entry is not None:
+        if entry is None:
+            return
+        key = self._group_of.pop(seq.seq_id, None)
+        if key is None:
             self.buddy.free(entry[0])
+            return
+        self._live[key] -= 1
+        if self._live[key]:
+            self._spares[key].append(entry[0])
+            return
+        del self._live[key]
+        for start in [entry[0], *self._spares.pop(key)]:
+            self.buddy.free(start)
+
+    def free_for_recompute(self, seq_group: SequenceGroup) -> None:
+        """Release the group's reservations (spares too): nothing is shared to remember."""
+        for seq in seq_group.seqs:
+            if seq.status is SequenceStatus.RUNNING:
+                self.free(seq)
+
+    def sharing_counts(self) -> tuple[int, int]:
+        """``(blocks reserved, the same)``: reservations (spares included) are never shared. O(groups)."""
+        held = (self.num_total_slots - self.buddy.num_free_slots) // self.block_size
+        return held, held
 
     def get_block_table(self, seq: Sequence) -> list[int]:
         """The sequence's reservation seen as ``block_size``-slot blocks (for the paged kernel).
@@ -168,17 +235,22 @@ class ContiguousKVCacheManager:
     def decode_run_usage(self, seq_groups: list[SequenceGroup], num_tokens: list[int], k: int) -> MemoryUsage:
         """:meth:`memory_usage` summed over ``k`` decode iterations in closed form (slot-iterations).
 
-        Group ``i`` (one running sequence) holds ``num_tokens[i] + j`` tokens at iteration ``j`` of its
-        fixed reservation. O(groups).
+        Every running sequence of group ``i`` holds ``num_tokens[i] + j`` tokens at iteration ``j`` of its
+        fixed reservation. O(sequences).
         """
         used = reserved = internal = 0
         tri = k * (k - 1) // 2
+        running = SequenceStatus.RUNNING
         for group, n in zip(seq_groups, num_tokens):
             final_len = group.prompt_len + group.output_len
             used_i = k * n + tri
-            size = self.reservations[group.seqs[0].seq_id][1]
-            will_use = min(size, final_len)
-            used, reserved, internal = used + used_i, reserved + k * will_use - used_i, internal + k * (size - will_use)
+            for seq in group.seqs:
+                if seq.status is not running:
+                    continue
+                size = self.reservations[seq.seq_id][1]
+                will_use = min(size, final_len)
+                used, reserved = used + used_i, reserved + k * will_use - used_i
+                internal += k * (size - will_use)
         total = k * self.num_total_slots
         return MemoryUsage(used, reserved, internal, total - used - reserved - internal, total)
 

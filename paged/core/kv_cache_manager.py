@@ -103,8 +103,20 @@ class KVCacheManager(Protocol):
         """When :meth:`can_allocate` says NEVER: the limit the request exceeds, in words with numbers."""
         ...
 
-    def allocate(self, seq_group: SequenceGroup) -> None:
-        """Give every waiting sequence of the group room for its ``num_tokens`` tokens."""
+    def prefill_tokens(self, seq_group: SequenceGroup) -> int:
+        """Tokens a prefill of the group's waiting sequences computes (tokens): a prompt its sequences
+        share counts once, and so do the blocks a recomputed group shared (the token budget, §4.5)."""
+        ...
+
+    def allocate(self, seq_group: SequenceGroup) -> list[int]:
+        """Give every waiting sequence of the group room for its ``num_tokens`` tokens.
+
+        Returns, for each waiting sequence in group order, how many of its leading tokens already have
+        their KV in the cache when the prefill runs (prefix-cache hits, a reserved prefix, or blocks an
+        earlier sequence of the group computes in the same prefill); the prefill computes the rest.
+        A value equal to the sequence's ``num_tokens`` means it is identical to the group's first
+        sequence (the samples of a new parallel-sampling request) and takes that sequence's logits.
+        """
         ...
 
     def can_append_slots(self, seq_group: SequenceGroup) -> bool:
@@ -121,6 +133,11 @@ class KVCacheManager(Protocol):
 
     def free(self, seq: Sequence) -> None:
         """Release the sequence's KV space."""
+        ...
+
+    def free_for_recompute(self, seq_group: SequenceGroup) -> None:
+        """Release the KV space of the group's running sequences, preempted by recomputation (§4.5),
+        remembering which blocks they shared so that the next :meth:`allocate` shares them again."""
         ...
 
     def can_swap_out(self, seq_group: SequenceGroup) -> bool:
@@ -152,6 +169,11 @@ class KVCacheManager(Protocol):
         """``(distinct physical blocks the sequences hold, blocks they would hold with no sharing)``."""
         ...
 
+    def sharing_counts(self) -> tuple[int, int]:
+        """``(blocks the GPU-resident sequences hold, blocks they would hold if nothing were shared)``,
+        now, in blocks of ``block_size`` (§4.4, Fig. 15). O(sequences)."""
+        ...
+
     def memory_usage(self, seq_groups: list[SequenceGroup]) -> MemoryUsage:
         """Where the cache's slots are, given the groups that hold KV space now."""
         ...
@@ -160,13 +182,13 @@ class KVCacheManager(Protocol):
         """Most decode iterations (≤ ``max_iterations``) in which every sequence of ``seqs`` gains one
         token per iteration without the manager running out of memory (the simulator's fast-forward).
 
-        Each sequence is the only running one of its group and has room for its ``num_tokens``."""
+        Each sequence has room for its ``num_tokens`` and writes only into blocks it holds alone."""
         ...
 
     def decode_run_usage(self, seq_groups: list[SequenceGroup], num_tokens: list[int], k: int) -> MemoryUsage:
         """:meth:`memory_usage` summed over ``k`` decode iterations in closed form (slot-iterations).
 
-        Group ``i`` (one running sequence) holds ``num_tokens[i] + j`` tokens at iteration ``j``;
+        Every running sequence of group ``i`` holds ``num_tokens[i] + j`` tokens at iteration ``j``;
         ``total`` is ``k × num_total_slots``."""
         ...
 

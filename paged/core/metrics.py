@@ -2,6 +2,8 @@
 
 * :class:`MemoryStats`: the KV cache's slots by use (token states, reservation, internal and
   external fragmentation), summed over iterations and averaged as in Fig. 2;
+* :class:`SharingStats`: KV blocks held with sharing and without it, summed over iterations, for
+  the memory saved by sharing (§6.3, Fig. 15);
 * :func:`request_metrics`: normalized latency (the mean over requests of end-to-end latency ÷
   output tokens, s/token, the y-axis of Fig. 12), time to first token, time per output token and
   throughput, from finished sequence groups of the simulator or of the real engine.
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from paged.core.kv_cache_manager import MemoryUsage
 from paged.core.sequence import SequenceGroup
 
-__all__ = ["MemoryStats", "request_metrics"]
+__all__ = ["MemoryStats", "SharingStats", "request_metrics"]
 
 
 @dataclass(slots=True)
@@ -62,6 +64,39 @@ class MemoryStats:
             "internal": self.internal / n,
             "external": self.external / n,
         }
+
+
+@dataclass(slots=True)
+class SharingStats:
+    """KV blocks of the running sequences, with and without sharing, summed over iterations (§6.3).
+
+    The paper's Fig. 15 measure: "the number of blocks we saved by sharing divided by the number of
+    total blocks without sharing". Each iteration adds the physical blocks the sequences hold and the
+    blocks they would hold if every sequence had its own copy of each of its blocks; :attr:`saving` is
+    ``1 - Σ in use / Σ without sharing``, each iteration weighted equally (blocks × iterations).
+
+    Attributes:
+        iterations: iterations recorded.
+        blocks_in_use: summed physical blocks held (block-iterations).
+        blocks_without_sharing: summed blocks without sharing (block-iterations).
+    """
+
+    iterations: int = 0
+    blocks_in_use: int = 0
+    blocks_without_sharing: int = 0
+
+    def add(self, in_use: int, without_sharing: int) -> None:
+        """Add one iteration's counts (blocks)."""
+        self.iterations += 1
+        self.blocks_in_use += in_use
+        self.blocks_without_sharing += without_sharing
+
+    @property
+    def saving(self) -> float:
+        """Fraction of the blocks without sharing that sharing saved (0 when nothing was held)."""
+        if not self.blocks_without_sharing:
+            return 0.0
+        return 1.0 - self.blocks_in_use / self.blocks_without_sharing
 
 
 def request_metrics(groups: list[SequenceGroup], duration: float) -> dict[str, float]:

@@ -4,13 +4,18 @@ Every iteration the scheduler decides which sequence groups run:
 
 1. If nothing is swapped out, admit waiting groups in arrival order while the KV cache manager
    can place their prompts and the batch budgets allow; if any were admitted, this iteration
-   is a **prefill** of just those groups.
+   is a **prefill** of just those groups. The budgets count what a group will run: its peak number
+   of sequences (``n`` samples, or the beam width) against ``max_num_seqs``, and the tokens its
+   prefill computes (a prompt its sequences share, once) against ``max_num_batched_tokens``.
 2. Otherwise it is a **decode** of every running group. A group that cannot get a slot for its
    next token makes the scheduler preempt the *latest-arriving* running group (possibly itself)
    until it can: by **recomputation** (free its blocks; it is prefilled again later with prompt
    plus generated tokens) or by **swapping** its blocks to CPU memory. Whole groups are
    preempted and resumed together. While any group is swapped out no new group is admitted,
-   and swapped groups come back (FCFS) as soon as they fit.
+   and swapped groups come back (FCFS) as soon as they fit. A group preempted by recomputation
+   is prefilled again sharing what it shared before (its prompt once, forked again), and a
+   swapped-out group comes back as soon as its blocks (each shared block once) and the blocks its
+   next tokens need fit in the free memory; the watermark only holds back new requests.
 
 The scheduler only talks to a :class:`paged.core.kv_cache_manager.KVCacheManager`, so the same code drives
 the paged manager and the contiguous Orca baselines.
@@ -42,6 +47,12 @@ class SchedulerOutputs:
         blocks_to_swap_out: ``(gpu_block, cpu_block)`` copies before the iteration.
         blocks_to_copy: copy-on-write ``(src_block, dst_block)`` copies before the iteration.
         preempted: groups preempted this iteration (recomputation or swap).
+        prefill_seqs: prefill only: ``(sequence, start)`` for every sequence the prefill places, in
+            batch order: the prefill computes its tokens ``start .. num_tokens - 1`` (the earlier ones
+            are already in the cache: a prefix-cache hit, a reserved prefix, or blocks an earlier
+            sequence of its group computes); ``start == num_tokens`` means it takes the logits of its
+            group's first sequence (a parallel sample of a new request), see
+            :meth:`paged.core.kv_cache_manager.KVCacheManager.allocate`.
     """
 
     scheduled_seq_groups: list[SequenceGroup]
@@ -51,11 +62,22 @@ class SchedulerOutputs:
     blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[SequenceGroup] = field(default_factory=list)
+    prefill_seqs: list[tuple[Sequence, int]] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
         """True if nothing runs this iteration."""
         return not self.scheduled_seq_groups
+
+    def prefill_token_counts(self) -> list[int]:
+        """Tokens each computed sequence of this prefill computes (tokens), from :attr:`prefill_seqs`:
+        a prompt shared by a group's samples counts once, cached tokens not at all. Outputs built by
+        hand without ``prefill_seqs``: every running sequence of the scheduled groups computes all of
+        its tokens. O(sequences)."""
+        if self.prefill_seqs:
+            return [seq.num_tokens - start for seq, start in self.prefill_seqs if start < seq.num_tokens]
+        running = SequenceStatus.RUNNING
+        return [s.num_tokens for g in self.scheduled_seq_groups for s in g.seqs if s.status is running]
 
 
 class Scheduler:
@@ -101,12 +123,17 @@ class Scheduler:
         Raises:
             ValueError: if a sequence has an empty prompt or the output length is < 1.
             RequestTooLargeError: if the request could never fit in the KV cache or in one
-                prefill iteration.
+                prefill iteration, or runs more sequences at once than ``max_num_seqs``.
         """
         if seq_group.prompt_len < 1:
             raise ValueError(f"request {seq_group.request_id!r} has an empty prompt")
         if seq_group.output_len < 1:
             raise ValueError(f"request {seq_group.request_id!r} asks for {seq_group.output_len} output tokens")
+        if seq_group.peak_num_seqs > self.max_num_seqs:
+            raise RequestTooLargeError(
+                f"request {seq_group.request_id!r} runs {seq_group.peak_num_seqs} sequences at once (parallel "
+                f"samples or beam width), more than max_num_seqs={self.max_num_seqs}"
+            )
         if self.kv_manager.can_allocate(seq_group) is AllocStatus.NEVER:
             raise RequestTooLargeError(
                 f"request {seq_group.request_id!r} (prompt {seq_group.prompt_len} + output {seq_group.output_len} "
@@ -127,6 +154,11 @@ class Scheduler:
         """Running sequences across all running groups."""
         return sum(g.num_seqs(SequenceStatus.RUNNING) for g in self.running)
 
+    def num_reserved_seqs(self) -> int:
+        """Sequences the running groups will run at once (each group's ``peak_num_seqs``), which
+        ``max_num_seqs`` bounds: a beam group counts its width from its prefill on."""
+        return sum(g.peak_num_seqs for g in self.running)
+
     # -- one iteration ----------------------------------------------------------------
     def schedule(self) -> SchedulerOutputs:
         """Decide the next iteration (module docstring)."""
@@ -140,27 +172,38 @@ class Scheduler:
         scheduled: list[SequenceGroup] = []
         if not self.waiting:  # nothing to admit (skips counting the running sequences)
             return SchedulerOutputs(scheduled, is_prefill=True)
-        num_tokens = 0
-        num_seqs = self.num_running_seqs()
+        outputs = SchedulerOutputs(scheduled, is_prefill=True)
+        manager = self.kv_manager
+        budget = 0  # prefill tokens admitted (a shared prompt once)
+        num_tokens = 0  # tokens the prefill computes (cached ones not)
+        num_seqs = self.num_reserved_seqs()
+        prefill_seqs = outputs.prefill_seqs
         while self.waiting:
             group = self.waiting[0]
             waiting_seqs = group.get_seqs(SequenceStatus.WAITING)
-            group_tokens = sum(seq.num_tokens for seq in waiting_seqs)
-            if num_tokens + group_tokens > self.max_num_batched_tokens and scheduled:
+            group_tokens = manager.prefill_tokens(group)
+            if budget + group_tokens > self.max_num_batched_tokens and scheduled:
                 break
-            if num_seqs + len(waiting_seqs) > self.max_num_seqs:
+            group_seqs = max(group.peak_num_seqs, len(waiting_seqs))
+            if num_seqs + group_seqs > self.max_num_seqs:
                 break
-            if self.kv_manager.can_allocate(group) is not AllocStatus.OK:
+            if manager.can_allocate(group) is not AllocStatus.OK:
                 break  # FCFS: nobody overtakes the head of the queue
             self.waiting.popleft()
-            self.kv_manager.allocate(group)
-            for seq in waiting_seqs:
+            starts = manager.allocate(group)
+            if group.num_preemptions == 0:
+                group.num_cached_tokens = starts[0]
+            for seq, start in zip(waiting_seqs, starts):
                 seq.status = SequenceStatus.RUNNING
+                prefill_seqs.append((seq, start))
+                if start < seq.num_tokens:
+                    num_tokens += seq.num_tokens - start
             self._add_running(group)
             scheduled.append(group)
-            num_tokens += group_tokens
-            num_seqs += len(waiting_seqs)
-        return SchedulerOutputs(scheduled, is_prefill=True, num_batched_tokens=num_tokens)
+            budget += group_tokens
+            num_seqs += group_seqs
+        outputs.num_batched_tokens = num_tokens
+        return outputs
 
     def _schedule_decodes(self) -> SchedulerOutputs:
         outputs = SchedulerOutputs([], is_prefill=False)
@@ -186,10 +229,10 @@ class Scheduler:
         return outputs
 
     def _schedule_swap_in(self, outputs: SchedulerOutputs) -> None:
-        num_seqs = self.num_running_seqs()
+        num_seqs = self.num_reserved_seqs()
         while self.swapped:
             group = self.swapped[0]
-            n = group.num_seqs(SequenceStatus.SWAPPED)
+            n = max(group.peak_num_seqs, group.num_seqs(SequenceStatus.SWAPPED))
             if num_seqs + n > self.max_num_seqs or self.kv_manager.can_swap_in(group) is not AllocStatus.OK:
                 break
             self.swapped.popleft()
@@ -213,9 +256,9 @@ class Scheduler:
                     seq.status = SequenceStatus.SWAPPED
             self.swapped.append(group)
             return
+        self.kv_manager.free_for_recompute(group)  # remembers what the sequences shared
         for seq in group.seqs:
             if seq.status is SequenceStatus.RUNNING:
-                self.kv_manager.free(seq)
                 seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(group)  # preempted groups resume before new arrivals
 

@@ -87,6 +87,12 @@ class SequenceGroup:
         num_preemptions: times the scheduler preempted the group.
         max_num_seqs: the most sequences the group will hold at once when that is more than it
             holds now (beam search: its width, reached by forking after the prefill); 0 otherwise.
+        prefix_len: tokens at the start of the prompt that are a prefix shared with other requests
+            and reserved by the service provider (§4.4, "shared prefix": its KV blocks are computed in
+            advance and shared by every request that starts with it); 0 for none. Requests with the
+            same ``prefix_len`` share the same prefix (a trace carries one few-shot prefix).
+        num_cached_tokens: prompt tokens whose KV was already in the cache at the group's first
+            prefill (prefix-cache hits or a reserved prefix), set by the scheduler (vLLM's name).
 
     The real engine's groups (:class:`paged.engine.sequence_group.EngineSequenceGroup`) add typed
     sampling state (generator, beam search state).
@@ -102,6 +108,8 @@ class SequenceGroup:
     finished_time: float | None = None
     num_preemptions: int = 0
     max_num_seqs: int = 0
+    prefix_len: int = 0
+    num_cached_tokens: int = 0
 
     @property
     def prompt_len(self) -> int:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from paged.core.metrics import MemoryStats
+from paged.core.metrics import MemoryStats, SharingStats
 from paged.core.scheduler import Scheduler, SchedulerOutputs
 from paged.core.sequence import SequenceGroup
 
@@ -67,6 +67,8 @@ class ServingResult:
             if recorded.
         batched_requests_sum: sum over iterations of the scheduled groups, for the average batch.
         num_preemptions: preemptions (recomputation or swap), total.
+        sharing: KV blocks with and without sharing at every iteration
+            (:class:`~paged.core.metrics.SharingStats`), if recorded.
     """
 
     groups: list[SequenceGroup]
@@ -75,6 +77,7 @@ class ServingResult:
     memory: MemoryStats = field(default_factory=MemoryStats)
     batched_requests_sum: int = 0
     num_preemptions: int = 0
+    sharing: SharingStats = field(default_factory=SharingStats)
 
     @property
     def avg_batched_requests(self) -> float:
@@ -90,16 +93,18 @@ class ServingLoop:
         executor: a :class:`Executor`.
         groups: the requests, sorted by ``arrival_time`` (seconds on the executor's clock).
         record_memory: record the KV memory breakdown at each iteration while requests wait.
+        record_sharing: record the KV blocks held with and without sharing at every iteration
+            (Fig. 15); every iteration is then run one at a time (no fast-forward), same results.
         on_finish: called with the groups that finished after each iteration (e.g. a progress bar).
 
     Raises:
         ValueError: if ``groups`` are not sorted by arrival time.
     """
 
-    __slots__ = ("scheduler", "executor", "groups", "result", "record_memory", "on_finish", "_next")
+    __slots__ = ("scheduler", "executor", "groups", "result", "record_memory", "record_sharing", "on_finish", "_next")
 
     def __init__(self, scheduler: Scheduler, executor: Executor, groups: Sequence[SequenceGroup], *,
-                 record_memory: bool = False,
+                 record_memory: bool = False, record_sharing: bool = False,
                  on_finish: Callable[[list[SequenceGroup]], None] | None = None) -> None:
         groups = list(groups)
         if any(a.arrival_time > b.arrival_time for a, b in zip(groups, groups[1:])):
@@ -109,6 +114,7 @@ class ServingLoop:
         self.groups = groups
         self.result = ServingResult(groups)
         self.record_memory = record_memory
+        self.record_sharing = record_sharing
         self.on_finish = on_finish
         self._next = 0  # the next group to arrive
 
@@ -164,7 +170,9 @@ class ServingLoop:
         result = self.result
         memory = result.memory if self.record_memory and scheduler.waiting else None
         k = 0
-        if not outputs.is_prefill:
+        if self.record_sharing:
+            result.sharing.add(*scheduler.kv_manager.sharing_counts())
+        elif not outputs.is_prefill:
             k = executor.execute_run(scheduler, outputs,
                                      groups[nxt].arrival_time if nxt < num_groups else float("inf"), memory)
         if k:

@@ -161,25 +161,30 @@ class ModelExecutor:
         ids, positions, slots, seq_lens, tables, ctx = [], [], [], [], [], []
         rows: list[tuple[SequenceGroup, list[Sequence]]] = []  # per group: the sequences each logits row serves
         prompt_copies: list[tuple[int, int]] = []
+        starts = {seq.seq_id: start for seq, start in out.prefill_seqs}
         for group in out.scheduled_seq_groups:
             running = group.get_seqs(SequenceStatus.RUNNING)
             if out.is_prefill:
-                shared = len(running) > 1 and all(s.num_generated == 0 for s in running)
-                computed = running[:1] if shared else running
-                for seq in computed:
+                first = None  # the group's first computed sequence and its row
+                for seq in running:
                     table = manager.get_block_table(seq)
                     n = seq.num_tokens
-                    ids += seq.token_ids
-                    positions += range(n)
-                    slots += _slots(table, bs, 0, n)
-                    seq_lens.append(n)
-                if shared:  # contiguous reservations cannot share the prompt: copy its blocks (paged: no-op)
-                    src = manager.get_block_table(running[0])[: -(-running[0].num_tokens // bs)]
-                    for seq in running[1:]:
-                        prompt_copies += [(a, b) for a, b in zip(src, manager.get_block_table(seq)) if a != b]
-                    rows.append((group, running))
-                else:
-                    rows += [(group, [seq]) for seq in running]
+                    start = starts.get(seq.seq_id, 0)
+                    if start >= n:  # the same tokens as the first: its logits (contiguous: copy its prompt KV)
+                        src = manager.get_block_table(first[0])[: -(-n // bs)]
+                        prompt_copies += [(a, b) for a, b in zip(src, table) if a != b]
+                        first[1].append(seq)
+                        continue
+                    ids += seq.token_ids[start:n]  # only the tokens whose KV is not in the cache yet
+                    positions += range(start, n)
+                    slots += _slots(table, bs, start, n)
+                    seq_lens.append(n - start)
+                    ctx.append(n)
+                    tables.append(table[: -(-n // bs)] if start else [])
+                    row = (group, [seq])
+                    rows.append(row)
+                    if first is None:
+                        first = (seq, row[1])
             else:
                 for seq in running:
                     table = manager.get_block_table(seq)

@@ -200,14 +200,16 @@ class PagedKVCache:
 
         Args:
             block_mapping: ``(gpu_block, cpu_block)`` pairs, as returned by
-                ``PagedKVCacheManager.swap_out``. The manager lists each physical block once, so
-                a block shared by several sequences moves once; an identical pair repeated is
-                applied once, and a block in two different pairs is an error.
+                ``PagedKVCacheManager.swap_out``. The manager lists each physical block of a group
+                once, so a block shared by its sequences moves once; a block that two groups
+                swapped out in the same step share (a shared prefix) is copied to both groups' CPU
+                blocks; an identical pair repeated is applied once, and a CPU block in two different
+                pairs is an error.
 
         Raises:
             ValueError: a block id out of range or mapped twice differently.
         """
-        gpu, cpu = self._pairs(block_mapping, self.num_blocks, self.num_cpu_blocks, "swap_out")
+        gpu, cpu = self._pairs(block_mapping, self.num_blocks, self.num_cpu_blocks, "swap_out", shared_src=True)
         if gpu:
             gpu_t = torch.tensor(gpu, dtype=torch.int64, device=self.device)
             moved = self._kv.index_select(2, gpu_t).to("cpu")

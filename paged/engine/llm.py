@@ -13,6 +13,13 @@ requests of every decoding mode batched together (continuous batching, §4.5).
   (sharing all blocks), dropped candidates free theirs, and copy-on-write copies at most the last
   block. ``RequestOutput.metrics["beam_history"]`` records each step's parents and blocks.
 * Preemption (§4.5): by recomputation or by swapping whole sequence groups, as the scheduler decides.
+* Automatic prefix caching (``enable_prefix_caching=True``, §4.4 "shared prefix"): full blocks of
+  earlier prompts are found by their chained hash and reused; the model computes only the uncached
+  tail of a prompt (its attention reads the cached prefix through the block table), and
+  ``RequestOutput.num_cached_tokens`` says how many prompt tokens came from the cache.
+* String prompts are tokenized with the tokenizer's special tokens (``add_special_tokens=True``, as
+  Hugging Face and vLLM do: the BOS token of Llama-style tokenizers), once: a text that already
+  starts with the BOS text does not get a second one.
 * ``kv_manager="orca-max"`` (or ``"orca-pow2"``, ``"orca-oracle"``, the systems of
   :mod:`paged.systems`): the same engine with Orca reservations, one contiguous reservation per
   sequence; the attention kernel reads a reservation as consecutive blocks, so only memory
@@ -74,6 +81,8 @@ class RequestOutput:
         prompt: the prompt string (None when token ids were given).
         prompt_token_ids: the prompt's token ids.
         outputs: the completions.
+        num_cached_tokens: prompt tokens whose KV came from the prefix cache at the request's first
+            prefill (vLLM's name; 0 without prefix caching).
         metrics: times (seconds), ``num_preemptions`` and, for beam search, ``beam_history``.
     """
 
@@ -82,6 +91,7 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool = True
+    num_cached_tokens: int = 0
     metrics: dict = field(default_factory=dict)
 
 
@@ -126,10 +136,11 @@ class LLM:
         max_num_seqs, max_num_batched_tokens: scheduler budgets (default 256 and the model length).
         max_model_len: longest sequence (tokens); default the model's ``max_position_embeddings``.
         watermark: fraction of blocks kept free at admission (paged).
+        enable_prefix_caching: automatic prefix caching (paged only).
 
     Raises:
         ValueError: unknown ``kv_manager`` or ``preemption``, bad sizes, or ``max_model_len`` beyond the
-            model's ``max_position_embeddings``.
+            model's ``max_position_embeddings``, prefix caching with a contiguous ``kv_manager``.
         FileNotFoundError: a model path that does not exist.
     """
 
@@ -137,11 +148,15 @@ class LLM:
                  kv_cache_bytes: int | None = None, device=None, dtype=None, preemption: str = "recompute",
                  kv_manager: str = "paged", num_cpu_blocks: int | None = None, max_num_seqs: int = 256,
                  max_num_batched_tokens: int | None = None, max_model_len: int | None = None,
-                 watermark: float = 0.01) -> None:
+                 watermark: float = 0.01, enable_prefix_caching: bool = False) -> None:
         if kv_manager not in KV_MANAGERS:
             raise ValueError(f"unknown kv_manager {kv_manager!r}; choose one of {KV_MANAGERS}")
         if preemption not in PREEMPTION_MODES:
             raise ValueError(f"unknown preemption {preemption!r}; choose one of {PREEMPTION_MODES}")
+        if not isinstance(enable_prefix_caching, bool):
+            raise TypeError(f"enable_prefix_caching must be True or False, got {enable_prefix_caching!r}")
+        if enable_prefix_caching and get_system(kv_manager).kv_cache != "paged":
+            raise ValueError(f"enable_prefix_caching needs kv_manager='paged' ({kv_manager!r} cannot share blocks)")
         for name, value in (("block_size", block_size), ("max_num_seqs", max_num_seqs),
                             ("max_num_batched_tokens", max_num_batched_tokens), ("max_model_len", max_model_len),
                             ("num_gpu_blocks", num_gpu_blocks)):
@@ -173,7 +188,9 @@ class LLM:
         self.bytes_per_slot = PagedKVCache.bytes_per_block(num_layers, 1, num_kv_heads, head_size, self.dtype)
         self.kv_manager = make_kv_manager(kv_manager, num_gpu_blocks * block_size, block_size=block_size,
                                           max_seq_len=self.max_model_len, num_cpu_blocks=num_cpu_blocks if paged else 0,
-                                          watermark=watermark, contiguous_block_size=block_size)
+                                          watermark=watermark, contiguous_block_size=block_size,
+                                          enable_prefix_caching=enable_prefix_caching)
+        self.enable_prefix_caching = enable_prefix_caching
         self.runner = ModelRunner(self.model, self.kv_cache)
         self.preemption = preemption
         self.max_num_seqs = max_num_seqs
@@ -185,11 +202,16 @@ class LLM:
         self.last_result = None
 
     # -- requests -------------------------------------------------------------------------
-    def _tokenize(self, prompt) -> tuple[str | None, list[int]]:
+    def _tokenize(self, prompt, add_special_tokens: bool = True) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("string prompts need a tokenizer; pass token-id lists or tokenizer=...")
-            return prompt, list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+            ids = list(self.tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"])
+            bos, bos_text = getattr(self.tokenizer, "bos_token_id", None), getattr(self.tokenizer, "bos_token", None)
+            if (add_special_tokens and bos is not None and bos_text and ids[:2] == [bos, bos]
+                    and prompt.startswith(bos_text)):
+                ids = ids[1:]  # the text brings its own BOS: do not add a second one
+            return prompt, ids
         ids = as_token_ids(prompt, "token ids")
         vocab = self.model.config.vocab_size
         bad = [t for t in ids if not 0 <= t < vocab]
@@ -222,7 +244,8 @@ class LLM:
 
     # -- the loop ---------------------------------------------------------------------------
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
-                 arrival_times: list[float] | None = None, use_tqdm: bool | None = None) -> list[RequestOutput]:
+                 arrival_times: list[float] | None = None, use_tqdm: bool | None = None,
+                 add_special_tokens: bool = True) -> list[RequestOutput]:
         """Generate completions for every prompt (continuous batching, §4.5).
 
         The requests are served by the serving loop the simulator also runs
@@ -234,6 +257,8 @@ class LLM:
             arrival_times: when each request arrives (seconds after the call starts, non-decreasing);
                 default: all at once (0.0). The engine sleeps while no request has arrived.
             use_tqdm: progress bar over requests (default: on for more than 32 prompts).
+            add_special_tokens: string prompts get the tokenizer's special tokens (its BOS), as
+                Hugging Face and vLLM tokenize them; token-id prompts are used as given.
 
         Returns:
             one :class:`RequestOutput` per prompt, in order (its ``metrics`` times in seconds since the
@@ -247,7 +272,8 @@ class LLM:
             TypeError: a token-id prompt with non-integer ids (e.g. floats).
             paged.core.kv_cache_manager.RequestTooLargeError: a request larger than the whole KV cache.
         """
-        loop, texts = self.serving_loop(prompts, sampling_params, arrival_times=arrival_times)
+        loop, texts = self.serving_loop(prompts, sampling_params, arrival_times=arrival_times,
+                                        add_special_tokens=add_special_tokens)
         show = len(loop.groups) > 32 if use_tqdm is None else use_tqdm
         with tqdm(total=len(loop.groups), disable=not show, desc="generate", unit="req") as bar:
             loop.on_finish = lambda groups: bar.update(len(groups))
@@ -259,7 +285,8 @@ class LLM:
         return [self._output(group, text) for group, text in zip(loop.groups, texts)]
 
     def serving_loop(self, prompts, sampling_params=None, *,
-                     arrival_times: list[float] | None = None) -> tuple[ServingLoop, list[str | None]]:
+                     arrival_times: list[float] | None = None,
+                     add_special_tokens: bool = True) -> tuple[ServingLoop, list[str | None]]:
         """Tokenize and check every prompt, then set up the serving loop over a fresh scheduler.
 
         Used by :meth:`generate`; tests and notebooks call ``loop.step()`` to watch individual
@@ -289,7 +316,7 @@ class LLM:
         for i, (prompt, params, arrival) in enumerate(zip(prompts, params_list, times)):
             if not isinstance(params, SamplingParams):
                 raise TypeError(f"sampling_params must be SamplingParams, got {type(params).__name__}")
-            text, ids = self._tokenize(prompt)
+            text, ids = self._tokenize(prompt, add_special_tokens)
             groups.append(self._make_group(i, ids, params, arrival))
             texts.append(text)
         check = self._scheduler()
@@ -324,4 +351,4 @@ class LLM:
         if params.use_beam_search:
             metrics["beam_history"] = group.beam_history
         return RequestOutput(group.request_id, text, group.seqs[0].token_ids[: group.prompt_len], outputs,
-                             metrics=metrics)
+                             num_cached_tokens=group.num_cached_tokens, metrics=metrics)

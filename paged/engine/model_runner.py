@@ -17,9 +17,12 @@ How one step flows (checked against transformers 5.24's Llama code):
 * ``logits_to_keep`` (a tensor of row indices) makes the LM head run only on each sequence's last
   token, so a prefill never computes logits for every prompt token.
 * Per layer, the attention function writes the step's keys and values through the slot mapping
-  (:meth:`PagedKVCache.write`). **Prefill** then attends over the step's own tokens, causally, one
-  sequence at a time (``scaled_dot_product_attention`` with ``is_causal``); a prefill never needs
-  older tokens because every prefill (also a recomputation, §4.5) computes the whole sequence.
+  (:meth:`PagedKVCache.write`). **Prefill** then attends causally, one sequence at a time: a sequence
+  whose every token is computed in this step attends over the step's own keys and values
+  (``scaled_dot_product_attention`` with ``is_causal``); a sequence whose first tokens' KV is already
+  in the cache (a prefix-cache hit, blocks a sibling computes in the same step, §4.4) computes only
+  its tail, and its queries read the whole context (cached prefix and new tokens, written just
+  before) through its block table, with a causal mask aligned to the end of the context.
   **Decode** reads keys and values through the block tables with
   :func:`paged.kernels.attention.paged_attention`; nothing gathers the whole cache.
 
@@ -58,7 +61,10 @@ class StepMetadata:
         kv_cache: the paged KV cache.
         is_prefill: prefill (every token of each sequence) or decode (one token per sequence).
         slot_mapping: ``[num_tokens]`` int64 cache slot of each token (block × block_size + offset).
-        seq_lens: prefill only: tokens of each packed sequence, in order (tokens).
+        seq_lens: prefill only: tokens each packed sequence computes in this step, in order (tokens).
+        prefill_contexts: prefill only: per sequence, None when it computes all of its tokens, else
+            ``(context_len, block_ids)``: the tokens it attends to (cached prefix + new, tokens) and
+            ``[ceil(context_len / block_size)]`` int64 physical blocks holding them.
         block_tables: decode only: ``[num_seqs, max_blocks]`` int32 physical block ids.
         context_lens: decode only: ``[num_seqs]`` int32 tokens each sequence attends to.
         max_context_len: decode only: the largest context length (tokens).
@@ -70,6 +76,7 @@ class StepMetadata:
     is_prefill: bool
     slot_mapping: torch.Tensor
     seq_lens: list[int] | None = None
+    prefill_contexts: list[tuple[int, torch.Tensor] | None] | None = None
     block_tables: torch.Tensor | None = None
     context_lens: torch.Tensor | None = None
     max_context_len: int = 0
@@ -107,10 +114,15 @@ def _paged_attention_forward(module, query, key, value, attention_mask, scaling=
         outs = []
         start = 0
         gqa = query.shape[1] != key.shape[1]
-        for n in meta.seq_lens:
+        contexts = meta.prefill_contexts or [None] * len(meta.seq_lens)
+        for n, context in zip(meta.seq_lens, contexts):
             end = start + n
-            o = F.scaled_dot_product_attention(query[:, :, start:end], key[:, :, start:end], value[:, :, start:end],
-                                               is_causal=True, scale=scaling, enable_gqa=gqa)
+            if context is None:
+                o = F.scaled_dot_product_attention(query[:, :, start:end], key[:, :, start:end],
+                                                   value[:, :, start:end], is_causal=True, scale=scaling,
+                                                   enable_gqa=gqa)
+            else:
+                o = _attend_context(query[:, :, start:end], cache, layer, context, scaling, gqa)
             outs.append(o[0].transpose(0, 1))  # [n, num_heads, head_size]
             start = end
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
@@ -120,6 +132,34 @@ def _paged_attention_forward(module, query, key, value, attention_mask, scaling=
         out = paged_attention(q, cache.key_caches[layer], cache.value_caches[layer], meta.block_tables,
                               meta.context_lens, scale=scaling)
     return out[None], None
+
+
+def _attend_context(query: torch.Tensor, cache: PagedKVCache, layer: int, context: tuple[int, torch.Tensor],
+                    scaling: float, gqa: bool) -> torch.Tensor:
+    """Prefill attention of a sequence's last ``n`` tokens over its whole context, read from the cache.
+
+    Args:
+        query: ``[1, num_heads, n, head_size]``, the queries of positions ``context_len - n ..``.
+        context: ``(context_len, block_ids)``: tokens attended to and the ``[num_blocks]`` int64 blocks
+            holding them (this step's keys and values were written before).
+
+    Returns:
+        ``[1, num_heads, n, head_size]``. Query ``i`` sees keys ``0 .. context_len - n + i`` (causal,
+        aligned to the end). Computed in fp32 when the cache holds half precision (no overflow).
+    """
+    context_len, blocks = context
+    n = query.shape[2]
+    kv_heads, head_size = cache.num_kv_heads, cache.head_size
+    keys = cache.key_caches[layer].index_select(0, blocks).view(-1, kv_heads, head_size)[:context_len]
+    values = cache.value_caches[layer].index_select(0, blocks).view(-1, kv_heads, head_size)[:context_len]
+    keys, values = keys.transpose(0, 1)[None], values.transpose(0, 1)[None]  # [1, kv_heads, context_len, head_size]
+    mask = (torch.arange(context_len, device=query.device)[None, :]
+            <= torch.arange(context_len - n, context_len, device=query.device)[:, None])  # [n, context_len]
+    dtype = query.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        query, keys, values = query.float(), keys.float(), values.float()
+    out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling, enable_gqa=gqa)
+    return out.to(dtype)
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, _paged_attention_forward)
@@ -183,9 +223,12 @@ class ModelRunner:
                 packed one after the other.
             is_prefill: prefill (``seq_lens`` given) or decode (one token per sequence; ``block_tables``
                 and ``context_lens`` given, context lengths counting the new token).
-            seq_lens: prefill: tokens of each sequence (tokens).
-            block_tables: decode: physical blocks of each sequence.
-            context_lens: decode: tokens each sequence attends to (tokens).
+            seq_lens: prefill: tokens each sequence computes in this step (tokens).
+            block_tables: decode: physical blocks of each sequence. Prefill: the blocks of each
+                sequence (``[]`` allowed for one that computes all its tokens), read for sequences
+                whose context is longer than what they compute.
+            context_lens: decode: tokens each sequence attends to (tokens). Prefill: the same, or None
+                when every sequence computes all of its tokens (no cached prefix).
 
         Returns:
             ``[num_seqs, vocab_size]`` float32 logits.
@@ -195,7 +238,11 @@ class ModelRunner:
         pos = torch.tensor([positions], dtype=torch.int64, device=dev)
         slots = torch.tensor(slot_mapping, dtype=torch.int64, device=dev)
         if is_prefill:
-            meta = StepMetadata(self.kv_cache, True, slots, seq_lens=seq_lens)
+            contexts = None
+            if context_lens is not None and any(c != q for c, q in zip(context_lens, seq_lens)):
+                contexts = [None if c == q else (c, torch.tensor(t, dtype=torch.int64, device=dev))
+                            for c, q, t in zip(context_lens, seq_lens, block_tables)]
+            meta = StepMetadata(self.kv_cache, True, slots, seq_lens=seq_lens, prefill_contexts=contexts)
             last = torch.tensor(seq_lens, device=dev).cumsum(0) - 1
         else:
             width = max(len(t) for t in block_tables)

@@ -49,17 +49,18 @@ SYSTEMS = ("paged", "orca-max") + tuple(s for s in system_names(executor="engine
 
 
 def sharegpt_requests(num_requests: int, max_model_len: int, vocab_size: int, seed: int = 0,
-                      length_scale: float | None = None) -> tuple[list[list[int]], list[int]]:
-    """``num_requests`` (prompt token ids, output length) pairs with ShareGPT lengths (§6.1).
+                      length_scale: float | None = None, trace: str = "sharegpt") -> tuple[list[list[int]], list[int]]:
+    """``num_requests`` (prompt token ids, output length) pairs with ShareGPT lengths (§6.1), or those
+    of another named ``trace`` (e.g. ``"alpaca"``).
 
-    The lengths are :func:`paged.workloads.get_trace` ``("sharegpt", num_requests, seed=seed)``,
+    The lengths are :func:`paged.workloads.get_trace` ``(trace, num_requests, seed=seed)``,
     multiplied by ``length_scale`` (default ``max_model_len / 2048``), rounded, at least 1, and clipped
     so prompt + output ≤ ``max_model_len``; prompt token ids are random (only lengths matter).
 
     Raises:
         ValueError: more requests than the trace holds.
     """
-    trace = get_trace("sharegpt", num_requests, seed=seed)  # sampled without replacement
+    trace = get_trace(trace, num_requests, seed=seed)  # sampled without replacement
     rng = np.random.default_rng(seed)
     scale = max_model_len / 2048 if length_scale is None else length_scale
     prompts, outputs = [], []
@@ -160,24 +161,32 @@ def _compare(model_path, num_requests, kv_cache_tokens, block_size, seed, length
     return df
 
 
-def sharing_savings(model_path=DEFAULT_MODEL, *, num_requests: int = 8, widths=(2, 4, 6), max_tokens: int = 32,
-                    block_size: int = 16, seed: int = 0, length_scale: float | None = None) -> pd.DataFrame:
+def sharing_savings(model_path=DEFAULT_MODEL, *, num_requests: int = 8, widths=(2, 4, 6), max_tokens: int | None = 32,
+                    block_size: int = 16, seed: int = 0, length_scale: float | None = None,
+                    trace: str = "sharegpt") -> pd.DataFrame:
     """Fig. 15: KV blocks in use with sharing vs without, parallel sampling (n) and beam search (width).
 
-    Per setting, the engine runs ``num_requests`` ShareGPT-length prompts; every decode step records the
-    physical blocks in use and the blocks the same sequences would hold with no sharing (each sequence
-    its own copy of every block). Savings = 1 − Σ in use / Σ without sharing over all decode steps.
+    Per setting, the engine runs ``num_requests`` prompts with ``trace``'s lengths
+    (:func:`sharegpt_requests`); every decode step records the physical blocks in use and the blocks the
+    same sequences would hold with no sharing (each sequence its own copy of every block). Savings =
+    1 − Σ in use / Σ without sharing over all decode steps. Each sample or beam generates ``max_tokens``
+    tokens, or, with ``max_tokens=None``, its request's output length from the trace (EOS ignored).
     """
     llm = LLM(model_path, block_size=block_size)
-    prompts, _ = sharegpt_requests(num_requests, llm.max_model_len - max_tokens, llm.model.config.vocab_size, seed,
-                                   length_scale)
+    vocab = llm.model.config.vocab_size
+    if max_tokens is None:  # the trace's output lengths, as sharegpt_requests scales and clips them
+        prompts, outputs = sharegpt_requests(num_requests, llm.max_model_len, vocab, seed, length_scale, trace)
+    else:
+        prompts, outputs = sharegpt_requests(num_requests, llm.max_model_len - max_tokens, vocab, seed,
+                                             length_scale, trace)
     rows = []
     for mode in ("parallel sampling", "beam search"):
         for w in widths:
+            lens = outputs if max_tokens is None else [max_tokens] * len(prompts)
             if mode == "parallel sampling":
-                params = SamplingParams(n=w, temperature=1.0, seed=seed, max_tokens=max_tokens, ignore_eos=True)
+                params = [SamplingParams(n=w, temperature=1.0, seed=seed, max_tokens=m, ignore_eos=True) for m in lens]
             else:
-                params = SamplingParams(beam_width=w, max_tokens=max_tokens, ignore_eos=True)
+                params = [SamplingParams(beam_width=w, max_tokens=m, ignore_eos=True) for m in lens]
             llm.generate(prompts, params, use_tqdm=False)
             steps = [s for s in llm.last_stats.steps if not s.is_prefill and s.blocks_without_sharing]
             used = sum(s.blocks_in_use for s in steps)

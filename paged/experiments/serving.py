@@ -79,12 +79,21 @@ def cost_model_for(model: str | CostModel, system: str, block_size: int = 16) ->
 
 
 def run_system(trace, system: str, model: str | CostModel = "opt-13b", *, block_size: int = 16,
-               preemption: str = "recompute") -> ServingResult:
+               preemption: str = "recompute", n: int = 1, beam_width: int = 1, prefix_caching: bool = False,
+               record_sharing: bool = False) -> ServingResult:
     """Serve ``trace`` with one of :data:`SYSTEMS` on a Table 1 server.
 
+    Args:
+        n, beam_width: every request runs ``n`` parallel samples, or a beam search of that width
+            (§6.3; :func:`paged.sim.simulator.groups_from_trace`).
+        prefix_caching: paged only: automatic prefix caching finds shared prefixes (``prefix_len`` of
+            the trace's requests) by their tokens; otherwise the paged system shares them as a
+            provider-reserved prefix (§4.4) and Orca cannot share them.
+        record_sharing: record KV blocks with and without sharing (``result.sharing``; steps the run).
+
     Raises:
-        ValueError: for an unknown system or preemption mode; RequestTooLargeError as
-            :func:`paged.sim.simulator.simulate`.
+        ValueError: for an unknown system or preemption mode, groups on FasterTransformer, prefix caching
+            on a system other than paged; RequestTooLargeError as :func:`paged.sim.simulator.simulate`.
     """
     if system not in SYSTEMS:
         raise ValueError(f"unknown system {system!r}; choose one of {SYSTEMS}")
@@ -94,11 +103,16 @@ def run_system(trace, system: str, model: str | CostModel = "opt-13b", *, block_
     slots = cost.num_kv_slots
     max_len = cost.model.max_seq_len
     if not get_system(system).has_kv_cache_manager:
+        if n > 1 or beam_width > 1 or prefix_caching:
+            raise ValueError(f"{system!r} batches whole single-sequence requests: no parallel sampling, beam "
+                             "search or prefix caching")
         return simulate_static_batching(trace, cost, slots // max_len)
     cpu_blocks = CPU_SWAP_BYTES * cost.server.num_gpus // (cost.model.kv_bytes_per_token * block_size)
-    manager = make_kv_manager(system, slots, block_size=block_size, max_seq_len=max_len, num_cpu_blocks=cpu_blocks)
+    manager = make_kv_manager(system, slots, block_size=block_size, max_seq_len=max_len, num_cpu_blocks=cpu_blocks,
+                              enable_prefix_caching=prefix_caching)
     return simulate(trace, manager, cost, preemption_mode=preemption, record_memory=False,
-                    max_num_batched_tokens=max(2048, max_len))
+                    max_num_batched_tokens=max(2048, max_len), n=n, beam_width=beam_width,
+                    shared_prefix="tokens" if prefix_caching else "reserved", record_sharing=record_sharing)
 
 
 def metrics(result: ServingResult) -> dict[str, float]:
@@ -114,26 +128,50 @@ def metrics(result: ServingResult) -> dict[str, float]:
 
 def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str = "paged", rate: float = 2.0,
                    num_requests: int = 1000, seed: int = 0, block_size: int = 16,
-                   preemption: str = "recompute") -> dict:
+                   preemption: str = "recompute", n: int = 1, beam_width: int = 1, prefix_caching: bool = False,
+                   record_sharing: bool | None = None) -> dict:
     """One simulated serving run: ``num_requests`` of ``trace`` at ``rate`` requests/s.
+
+    Args:
+        n, beam_width, prefix_caching: as :func:`run_system`.
+        record_sharing: measure the KV blocks saved by sharing (the run then steps one iteration at a
+            time; same results); None: when something can be shared (``n`` or ``beam_width`` above 1, a
+            trace with shared prefixes, prefix caching).
 
     Returns:
         The inputs plus :func:`metrics` (``normalized_latency`` s/token, ``ttft``/``tpot`` s,
         ``throughput_rps``, ``throughput_tps``, ``avg_batched_requests``, ``num_preemptions``,
-        ...) and ``sim_wall_seconds`` (wall time of the simulation itself). Same seed, same
-        numbers (except the wall time).
+        ...) and ``sim_wall_seconds`` (wall time of the simulation itself); when sharing is measured,
+        also ``n``, ``beam_width``, ``prefix_caching`` and the KV blocks saved by sharing:
+        ``kv_sharing_saving`` (the fraction of the blocks the sequences would hold without sharing
+        that they did not hold, over all iterations, §6.3), ``kv_blocks_in_use_mean`` and
+        ``kv_blocks_without_sharing_mean`` (blocks per iteration). Same seed, same numbers (except
+        the wall time).
 
     Raises:
         ValueError: for unknown names or bad numbers.
     """
     requests = get_trace(trace, num_requests, seed=seed, rate=rate)
     cost = cost_model_for(model, system, block_size)  # built outside the timed region
+    if record_sharing is None:
+        record_sharing = n > 1 or beam_width > 1 or prefix_caching or any(
+            getattr(r, "prefix_len", 0) for r in requests)
     start = time.perf_counter()
-    result = run_system(requests, system, cost, block_size=block_size, preemption=preemption)
+    result = run_system(requests, system, cost, block_size=block_size, preemption=preemption, n=n,
+                        beam_width=beam_width, prefix_caching=prefix_caching, record_sharing=record_sharing)
     wall = time.perf_counter() - start
-    return {"model": cost.model.name, "trace": trace, "system": system, "rate": rate, "num_requests": num_requests,
-            "seed": seed, "block_size": block_size, "preemption": preemption, **metrics(result),
-            "sim_wall_seconds": wall}
+    row = {"model": cost.model.name, "trace": trace, "system": system, "rate": rate, "num_requests": num_requests,
+           "seed": seed, "block_size": block_size, "preemption": preemption}
+    if record_sharing:
+        sharing = result.sharing
+        iterations = max(sharing.iterations, 1)
+        row.update(n=n, beam_width=beam_width, prefix_caching=prefix_caching, **metrics(result),
+                   kv_sharing_saving=sharing.saving, kv_blocks_in_use_mean=sharing.blocks_in_use / iterations,
+                   kv_blocks_without_sharing_mean=sharing.blocks_without_sharing / iterations)
+    else:
+        row.update(metrics(result))
+    row["sim_wall_seconds"] = wall
+    return row
 
 
 def sweep(points: list[dict], workers: int = 2, desc: str = "simulate") -> pd.DataFrame:
@@ -146,11 +184,14 @@ def sweep(points: list[dict], workers: int = 2, desc: str = "simulate") -> pd.Da
 
 
 def _sustained(model, trace, system, lo, hi, num_requests, seed, block_size, preemption, threshold, rel_tol,
-               lo_ok=None, hi_ok=None):
-    """Bisection of one system's sustained rate; ``lo_ok``/``hi_ok`` are already known outcomes."""
+               lo_ok=None, hi_ok=None, groups=None):
+    """Bisection of one system's sustained rate; ``lo_ok``/``hi_ok`` are already known outcomes;
+    ``groups``: :func:`simulate_point`'s ``n``, ``beam_width``, ``prefix_caching``."""
+    groups = groups or {}
+
     def ok(rate):
-        return simulate_point(model, trace, system, rate, num_requests, seed, block_size,
-                              preemption)["normalized_latency"] <= threshold
+        return simulate_point(model, trace, system, rate, num_requests, seed, block_size, preemption,
+                              record_sharing=False, **groups)["normalized_latency"] <= threshold
 
     censored = ok(hi) if hi_ok is None else hi_ok
     if censored:
@@ -161,7 +202,7 @@ def _sustained(model, trace, system, lo, hi, num_requests, seed, block_size, pre
     while hi - lo > rel_tol * hi and not censored:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return {"model": model, "trace": trace, "system": system, "sustained_rate": lo,
+    return {"model": model, "trace": trace, "system": system, **groups, "sustained_rate": lo,
             "censored_at_max": censored, "threshold": threshold}
 
 
@@ -173,7 +214,7 @@ def _bracket(known: pd.DataFrame | None, system: str, lo: float, hi: float, thre
         return out
     rows = known[known["system"] == system]
     for key, value in settings.items():
-        rows = rows[rows[key] == value]
+        rows = rows[rows[key] == value] if key in rows.columns else rows.iloc[0:0]
     rows = rows[(rows["rate"] >= lo) & (rows["rate"] <= hi)]
     if len(rows) == 0:
         return out
@@ -195,7 +236,8 @@ def _bracket(known: pd.DataFrame | None, system: str, lo: float, hi: float, thre
 def sustained_rate(systems, *, model: str = "opt-13b", trace: str = "sharegpt", lo: float = 0.05,
                    hi: float = 8.0, num_requests: int = 1000, seed: int = 0, block_size: int = 16,
                    preemption: str = "recompute", threshold: float = LATENCY_THRESHOLD,
-                   rel_tol: float = 0.03, workers: int = 2, known: pd.DataFrame | None = None) -> pd.DataFrame:
+                   rel_tol: float = 0.03, workers: int = 2, known: pd.DataFrame | None = None,
+                   groups: dict | None = None) -> pd.DataFrame:
     """Each system's sustained rate: the highest rate (requests/s) with normalized latency
     ≤ ``threshold`` (s/token), by bisection on ``[lo, hi]`` until the bracket is within
     ``rel_tol`` of its upper end (systems in parallel over ``workers`` processes).
@@ -212,6 +254,8 @@ def sustained_rate(systems, *, model: str = "opt-13b", trace: str = "sharegpt", 
             bisection from the tightest bracket they give (the lowest failing rate in
             ``[lo, hi]`` and the highest passing rate below it), so those rates are not simulated
             again. Rows with other settings are ignored. The stopping rule is unchanged.
+        groups: sequence-group settings passed to :func:`simulate_point` (``n``, ``beam_width``,
+            ``prefix_caching``; §6.3, §6.4); they are also settings ``known`` rows must match.
 
     Returns:
         One row per system: ``model``, ``trace``, ``system``, ``sustained_rate`` (requests/s),
@@ -225,10 +269,11 @@ def sustained_rate(systems, *, model: str = "opt-13b", trace: str = "sharegpt", 
         raise ValueError(f"need 0 < lo < hi, got lo={lo}, hi={hi}")
     if not 0 < rel_tol < 1:
         raise ValueError(f"rel_tol must be in (0, 1), got {rel_tol}")
+    groups = dict(groups or {})
     settings = dict(model=model, trace=trace, num_requests=num_requests, seed=seed, block_size=block_size,
-                    preemption=preemption)
+                    preemption=preemption, **groups)
     jobs = [dict(model=model, trace=trace, system=s, num_requests=num_requests, seed=seed, block_size=block_size,
-                 preemption=preemption, threshold=threshold, rel_tol=rel_tol,
+                 preemption=preemption, threshold=threshold, rel_tol=rel_tol, groups=groups,
                  **_bracket(known, s, lo, hi, threshold, settings))
             for s in systems]
     return pd.DataFrame(run_jobs(_sustained, jobs, workers=workers, desc=f"sustained rate ({trace})"))

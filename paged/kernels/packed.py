@@ -83,7 +83,9 @@ def paged_attention_packed(query: torch.Tensor, key_cache: torch.Tensor, value_c
                            packed: PackedBlocks, scale: float) -> torch.Tensor:
     """Decode attention over the used blocks only, no padding to the longest context (§4.1).
 
-    Computed in the query's dtype (fp32 for the engine's CPU models); a softmax over each
+    The queries are scaled before the dot product, and for half-precision inputs (fp16, bf16) the
+    gathered keys and values, the scores and the softmax are fp32, so large scores cannot overflow
+    fp16's 65504 (the output is cast back); fp32 inputs are computed in fp32. A softmax over each
     sequence's blocks: ``exp(score - max)`` per block, per-sequence sums with ``index_add_``, one
     division at the end.
 
@@ -100,14 +102,17 @@ def paged_attention_packed(query: torch.Tensor, key_cache: torch.Tensor, value_c
     num_kv_heads = key_cache.shape[2]
     group = num_heads // num_kv_heads
     ids, seq = packed.block_ids, packed.block_seq
+    dtype = query.dtype
     keys = key_cache.index_select(0, ids)  # [num_used, block_size, num_kv_heads, head_size]
     values = value_cache.index_select(0, ids)
+    if dtype in (torch.float16, torch.bfloat16):  # accumulate in fp32
+        keys, values, query = keys.float(), values.float(), query.float()
     for gathered in (keys, values):  # whatever empty slots hold (NaN in the tests) must not reach the output
         gathered.view(-1, num_kv_heads, head_size).index_fill_(0, packed.empty_slots, 0)
-    q = query.view(num_seqs, num_kv_heads, group, head_size).index_select(0, seq)  # [num_used, kv, group, d]
+    q = (query * scale).view(num_seqs, num_kv_heads, group, head_size).index_select(0, seq)  # [num_used, kv, group, d]
     # One batched product per KV head on strided views (a 4-d matmul would copy keys and values).
     scores = torch.stack([torch.bmm(q[:, h], keys[:, :, h].transpose(1, 2)) for h in range(num_kv_heads)], dim=1)
-    scores.mul_(scale).add_(packed.score_bias)  # [num_used, kv, group, block_size]
+    scores.add_(packed.score_bias)  # [num_used, kv, group, block_size]
     block_max = scores.amax(dim=-1)  # [num_used, kv, group]
     seq_max = block_max.new_full((num_seqs, num_kv_heads, group), float("-inf"))
     seq_max.scatter_reduce_(0, seq[:, None, None].expand_as(block_max), block_max, "amax")
@@ -115,4 +120,4 @@ def paged_attention_packed(query: torch.Tensor, key_cache: torch.Tensor, value_c
     denom = block_max.new_zeros(num_seqs, num_kv_heads, group).index_add_(0, seq, probs.sum(dim=-1))
     partial = torch.stack([torch.bmm(probs[:, h], values[:, :, h]) for h in range(num_kv_heads)], dim=1)
     out = partial.new_zeros(num_seqs, num_kv_heads, group, head_size).index_add_(0, seq, partial)
-    return out.div_(denom[..., None]).view(num_seqs, num_heads, head_size)
+    return out.div_(denom[..., None]).view(num_seqs, num_heads, head_size).to(dtype)

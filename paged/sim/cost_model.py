@@ -222,9 +222,8 @@ class CostModel:
         """Seconds for the iteration the scheduler chose, swaps included (before the step)."""
         running = SequenceStatus.RUNNING
         t = self.swap_time(len(outputs.blocks_to_swap_in)) + self.swap_time(len(outputs.blocks_to_swap_out))
-        if outputs.is_prefill:
-            lens = [s.num_tokens for g in outputs.scheduled_seq_groups for s in g.seqs if s.status is running]
-            return t + self.prefill_time(lens)
+        if outputs.is_prefill:  # the tokens computed: a prompt shared by samples once, cached tokens not
+            return t + self.prefill_time(outputs.prefill_token_counts())
         num_seqs = context = 0
         for group in outputs.scheduled_seq_groups:
             for seq in group.seqs:

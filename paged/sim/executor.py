@@ -5,6 +5,10 @@ plugs in its model: the scheduler and the KV cache managers are the real ones, o
 modelled. Each scheduled sequence gains one token per iteration and a request finishes when it has
 generated its trace output length (the simulator knows it; the real engine samples until a stop).
 
+Beam search (§4.4): a group carrying a recorded search (``group.beam``, :mod:`paged.sim.beam_replay`)
+replays it: after each iteration, candidates no new candidate continues are freed, the others fork
+as the recording says (sharing every block), and each new candidate gains its token.
+
 Fast-forward (:func:`paged.sim.fast_forward.decode_run`): when the time model has a
 ``decode_time(num_seqs, context_tokens)`` method (a :class:`paged.sim.cost_model.CostModel`),
 :meth:`SimulatedExecutor.execute_run` applies a run of identical decode iterations at once, with
@@ -17,7 +21,7 @@ from collections.abc import Callable
 
 from paged.core.metrics import MemoryStats
 from paged.core.scheduler import Scheduler, SchedulerOutputs
-from paged.core.sequence import SequenceStatus
+from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 from paged.sim.fast_forward import decode_run
 
 __all__ = ["SimulatedExecutor"]
@@ -31,17 +35,21 @@ class SimulatedExecutor:
             model, or a constant when only memory matters).
         fast_forward: apply runs of identical decode iterations at once; used only when
             ``iteration_time`` has a ``decode_time(num_seqs, context_tokens)`` method. Same results.
+        first_fork_id: the sequence id of the first beam candidate forked (above every id of the
+            requests' own sequences).
 
     Attributes:
         now: the simulated clock (seconds).
     """
 
-    __slots__ = ("now", "iteration_time", "decode_time")
+    __slots__ = ("now", "iteration_time", "decode_time", "_next_seq_id")
 
-    def __init__(self, iteration_time: Callable[[SchedulerOutputs], float], *, fast_forward: bool = True) -> None:
+    def __init__(self, iteration_time: Callable[[SchedulerOutputs], float], *, fast_forward: bool = True,
+                 first_fork_id: int = 1 << 40) -> None:
         self.now = 0.0
         self.iteration_time = iteration_time
         self.decode_time = getattr(iteration_time, "decode_time", None) if fast_forward else None
+        self._next_seq_id = first_fork_id
 
     def wait_until(self, time: float) -> None:
         """Jump the clock to ``time`` (seconds): nothing runs while no request is there."""
@@ -49,21 +57,59 @@ class SimulatedExecutor:
 
     def execute(self, scheduler: Scheduler, outputs: SchedulerOutputs) -> bool:
         """Advance the clock by the iteration's time; every running sequence of the scheduled groups
-        gains one token and finishes at its group's ``output_len``. O(sequences). True if any finished."""
+        gains one token (a beam group: after its candidates fork and drop as recorded) and finishes at
+        its group's ``output_len``. O(sequences). True if any finished.
+
+        Token counts only: a simulated sequence's ``token_ids`` (if any) stay its prompt's."""
         self.now = now = self.now + self.iteration_time(outputs)
         running = SequenceStatus.RUNNING
         any_finished = False
         for group in outputs.scheduled_seq_groups:
+            if group.first_token_time is None:
+                group.first_token_time = now
+            if getattr(group, "beam", None) is not None:
+                any_finished |= self._beam_step(scheduler, group)
+                continue
             for seq in group.seqs:
                 if seq.status is not running:
                     continue
-                seq.append_token()
-                if group.first_token_time is None:
-                    group.first_token_time = now
+                seq.num_generated += 1
                 if seq.num_generated >= group.output_len:
                     scheduler.finish_seq(seq)
                     any_finished = True
         return any_finished
+
+    def _beam_step(self, scheduler: Scheduler, group: SequenceGroup) -> bool:
+        """One step of a replayed beam search (module docstring). True if the search finished."""
+        candidates = [seq for seq in group.seqs if seq.status is SequenceStatus.RUNNING]
+        step = candidates[0].num_generated
+        if step + 1 >= group.output_len:  # the last token: every candidate's hypothesis is done
+            for seq in candidates:
+                seq.num_generated += 1
+                scheduler.finish_seq(seq)
+            return True
+        parents = group.beam.parents(step)
+        kept = set(parents)
+        for i, seq in enumerate(candidates):  # dropped first: their blocks (or reservations) go back
+            if i not in kept:
+                scheduler.finish_seq(seq)
+                group.seqs.remove(seq)
+        targets, continued = [], set()
+        for p in parents:
+            parent = candidates[p]
+            if p in continued:  # another child of the same parent: a fork sharing its blocks
+                child = Sequence(self._next_seq_id, parent.prompt_len, parent.num_generated, parent.token_ids,
+                                 parent_seq_id=parent.seq_id)
+                self._next_seq_id += 1
+                scheduler.fork_seq(group, parent, child)
+                targets.append(child)
+            else:
+                continued.add(p)
+                targets.append(parent)
+        for seq in targets:
+            seq.num_generated += 1
+        group.seqs[:] = targets  # candidate order, best first, as the recording's indices
+        return False
 
     def execute_run(self, scheduler: Scheduler, outputs: SchedulerOutputs, next_arrival_time: float,
                     memory: MemoryStats | None) -> int:

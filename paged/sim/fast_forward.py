@@ -17,8 +17,10 @@ Then each sequence gains ``k`` tokens with one ``append_slots`` call, and the me
 that the step-by-step loop would have recorded at each of the ``k`` iterations is summed in
 closed form (integers, so exactly). Both the block limit and the closed form belong to the KV
 cache manager (``decode_run_limit``, ``decode_run_usage`` of :class:`paged.core.KVCacheManager`),
-so this module knows no manager's insides. Runs need one running sequence per group (no shared
-blocks); otherwise the caller steps.
+so this module knows no manager's insides. A group of parallel samples runs like its sequences
+side by side: they share only full blocks (their prompt's; the partly filled last one was copied in
+an iteration that copied, which is not eligible), so each writes into blocks of its own. Beam groups
+(candidates fork and drop every iteration) are not eligible: the caller steps.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from paged.core.scheduler import Scheduler, SchedulerOutputs
+from paged.core.sequence import SequenceStatus
 
 __all__ = ["decode_run"]
 
@@ -52,27 +55,36 @@ def decode_run(
         ``(clock after the run, k iterations applied)``; finished sequences are finished
         (``finish_seq``) but their groups are left for ``free_finished_seq_groups``. ``None``
         (nothing changed) if the iteration is not eligible: it preempted, swapped or copied,
-        or a group has several sequences.
+        a group replays a beam search, or a group's running sequences differ in length.
     """
     if outputs.preempted or outputs.blocks_to_swap_in or outputs.blocks_to_swap_out or outputs.blocks_to_copy:
         return None
     manager = scheduler.kv_manager
     groups = outputs.scheduled_seq_groups
     seqs = []
+    ns = []  # tokens of each group's running sequences
     kmax = None
+    running = SequenceStatus.RUNNING
     for group in groups:
-        if len(group.seqs) != 1:
+        if getattr(group, "beam", None) is not None:
             return None
-        seq = group.seqs[0]
-        seqs.append(seq)
+        if len(group.seqs) == 1:
+            seq = group.seqs[0]
+            seqs.append(seq)
+        else:
+            members = [s for s in group.seqs if s.status is running]
+            seq = members[0]
+            if any(s.num_tokens != seq.num_tokens for s in members):
+                return None
+            seqs.extend(members)
+        ns.append(seq.num_tokens)
         left = group.output_len - seq.num_generated
         if kmax is None or left < kmax:
             kmax = left
     num_seqs = len(seqs)
-    ns = [seq.num_tokens for seq in seqs]
     kmax = manager.decode_run_limit(seqs, kmax)
     # The clock, iteration by iteration, exactly as the step-by-step loop adds it.
-    context = sum(ns)
+    context = sum(seq.num_tokens for seq in seqs)
     k = 0
     first_end = None
     while True:
@@ -85,13 +97,16 @@ def decode_run(
         context += num_seqs
     if memory is not None:
         memory.add_usage(manager.decode_run_usage(groups, ns, k), k)
-    for group, seq in zip(groups, seqs):
-        seq.num_generated += k - 1
-        if k > 1:
-            manager.append_slots(seq)  # room for the last iteration's tokens, in one call
-        seq.append_token()
+    for group in groups:
         if group.first_token_time is None:
             group.first_token_time = first_end
-        if seq.num_generated >= group.output_len:
-            scheduler.finish_seq(seq)
+        for seq in group.seqs:
+            if seq.status is not running:
+                continue
+            seq.num_generated += k - 1
+            if k > 1:
+                manager.append_slots(seq)  # room for the last iteration's tokens, in one call
+            seq.num_generated += 1
+            if seq.num_generated >= group.output_len:
+                scheduler.finish_seq(seq)
     return now, k

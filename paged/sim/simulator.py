@@ -18,35 +18,82 @@ with no arrival, no finish before the last one, no preemption, no swap and enoug
 for every block-boundary crossing. The run is applied at once: each sequence gains ``k`` tokens
 (its blocks allocated in one call), the clock advances by the same per-iteration times added in
 the same order, and the memory sums are added in closed form, so the result is exactly the
-step-by-step loop's (``tests/sim/test_fast_forward.py`` checks it).
+step-by-step loop's (``tests/sim/test_simulator.py`` checks it).
+
+Sequence groups (§4.4, :func:`groups_from_trace`): a request may run ``n`` parallel samples (they
+share the prompt's blocks; the shared, partly filled last block is copied on write, one copy per
+writer but the last), or a beam search of width ``k`` that replays a search the real engine recorded
+(:mod:`paged.sim.beam_replay`: candidates fork from their parents, dropped candidates free their
+blocks), and requests with a shared prefix (``prefix_len``) share its blocks. Runs of parallel
+samples fast-forward like single sequences once their prompt's last block has been copied; beam
+groups step one iteration at a time.
 """
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Sequence as Seq
+from dataclasses import dataclass
 
 from paged.core.kv_cache_manager import KVCacheManager
 from paged.core.scheduler import Scheduler, SchedulerOutputs
 from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop, ServingResult
+from paged.sim.beam_replay import BeamTrace, beam_trace
 from paged.sim.executor import SimulatedExecutor
 
-__all__ = ["simulate", "groups_from_trace"]
+__all__ = ["simulate", "groups_from_trace", "SimSequenceGroup", "SHARED_PREFIX_MODES"]
+
+#: How requests carrying a shared prefix (``prefix_len``) share it: ``"reserved"``, the provider-reserved
+#: prefix of §4.4 (its blocks computed in advance and shared); ``"tokens"``, found by automatic prefix
+#: caching (each prompt gets token ids, the prefix's the same for every request; needs a manager with
+#: ``enable_prefix_caching``); ``"none"``, every request holds and computes its whole prompt.
+SHARED_PREFIX_MODES = ("reserved", "tokens", "none")
 
 
-def groups_from_trace(trace: Seq) -> list[SequenceGroup]:
-    """One single-sequence group per request of a trace (``prompt_len``, ``output_len``,
-    ``arrival_time`` attributes), in arrival order."""
-    groups = [
-        SequenceGroup(
-            request_id=getattr(req, "request_id", i),
-            arrival_time=float(req.arrival_time),
-            seqs=[Sequence(seq_id=i, prompt_len=int(req.prompt_len))],
-            output_len=int(req.output_len),
-        )
-        for i, req in enumerate(trace)
-    ]
+@dataclass(slots=True, eq=False)
+class SimSequenceGroup(SequenceGroup):
+    """A simulated request: a :class:`~paged.core.SequenceGroup` plus, for beam search, the recorded
+    search it replays (:mod:`paged.sim.beam_replay`); ``beam`` is None otherwise."""
+
+    beam: BeamTrace | None = None
+
+
+def groups_from_trace(trace: Seq, *, n: int = 1, beam_width: int = 1,
+                      shared_prefix: str = "reserved") -> list[SequenceGroup]:
+    """One sequence group per request of a trace, in arrival order (§4.4, §4.5).
+
+    Args:
+        trace: requests with ``prompt_len``, ``output_len`` (tokens), ``arrival_time`` (seconds) and,
+            optionally, ``prefix_len`` (tokens of a prefix shared by every request that has one).
+        n: parallel samples per request: ``n`` sequences sharing the prompt, each generating the
+            request's output length.
+        beam_width: > 1: beam search of that width, replaying a recorded search (request ``i`` replays
+            trace ``i`` of the width); exclusive with ``n > 1``.
+        shared_prefix: one of :data:`SHARED_PREFIX_MODES`.
+
+    Raises:
+        ValueError: ``n`` or ``beam_width`` < 1, both above 1, an unknown ``shared_prefix``, or a width
+            with no recorded trace.
+    """
+    if n < 1 or beam_width < 1 or (n > 1 and beam_width > 1):
+        raise ValueError(f"need n ≥ 1 and beam_width ≥ 1, not both above 1; got n={n}, beam_width={beam_width}")
+    if shared_prefix not in SHARED_PREFIX_MODES:
+        raise ValueError(f"shared_prefix must be one of {SHARED_PREFIX_MODES}, got {shared_prefix!r}")
+    width = n if beam_width == 1 else 1
+    groups = []
+    for i, req in enumerate(trace):
+        prompt_len = int(req.prompt_len)
+        prefix_len = min(int(getattr(req, "prefix_len", 0) or 0), prompt_len)
+        token_ids = None
+        if shared_prefix == "tokens":  # the prefix's tokens are the same for everyone, the rest are this request's
+            token_ids = list(range(prefix_len)) + [-(i + 1)] * (prompt_len - prefix_len)
+        seqs = [Sequence(seq_id=i * width + k, prompt_len=prompt_len, token_ids=token_ids) for k in range(width)]
+        groups.append(SimSequenceGroup(
+            request_id=getattr(req, "request_id", i), arrival_time=float(req.arrival_time), seqs=seqs,
+            output_len=int(req.output_len), max_num_seqs=beam_width if beam_width > 1 else 0,
+            prefix_len=prefix_len if shared_prefix == "reserved" else 0,
+            beam=beam_trace(beam_width, i) if beam_width > 1 else None))
     groups.sort(key=lambda g: g.arrival_time)
     return groups
 
@@ -61,6 +108,10 @@ def simulate(
     preemption_mode: str = "recompute",
     record_memory: bool = True,
     fast_forward: bool = True,
+    n: int = 1,
+    beam_width: int = 1,
+    shared_prefix: str = "reserved",
+    record_sharing: bool = False,
 ) -> ServingResult:
     """Serve ``trace`` with the real scheduler over ``kv_manager``; time from ``iteration_time``.
 
@@ -74,14 +125,19 @@ def simulate(
         record_memory: record the KV memory breakdown at each iteration while requests wait.
         fast_forward: apply runs of unchanging decode iterations at once (module docstring);
             used only when ``iteration_time`` has a ``decode_time`` method. Same results.
+        n, beam_width, shared_prefix: the requests' sequence groups (:func:`groups_from_trace`):
+            parallel samples, beam search replaying recorded searches, how a shared prefix is shared.
+        record_sharing: record the KV blocks held with and without sharing at every iteration
+            (``result.sharing``, Fig. 15); the run then steps one iteration at a time.
 
     Returns:
-        A :class:`~paged.core.serving_loop.ServingResult`; every request finishes exactly once with exactly its
-        output length.
+        A :class:`~paged.core.serving_loop.ServingResult`; every request finishes exactly once, each of its
+        sequences with exactly its output length.
 
     Raises:
-        RequestTooLargeError: if a request could never fit in the KV cache.
-        ValueError: on an empty prompt or output.
+        RequestTooLargeError: if a request could never fit in the KV cache or runs more sequences
+            than ``max_num_seqs``.
+        ValueError: on an empty prompt or output, or bad group settings (:func:`groups_from_trace`).
     """
     scheduler = Scheduler(
         kv_manager,
@@ -89,15 +145,16 @@ def simulate(
         max_num_batched_tokens=max_num_batched_tokens,
         preemption_mode=preemption_mode,
     )
-    groups = groups_from_trace(trace)
+    groups = groups_from_trace(trace, n=n, beam_width=beam_width, shared_prefix=shared_prefix)
     for group in groups:  # reject impossible requests before any work is done
         if group.prompt_len < 1 or group.output_len < 1:
             raise ValueError(
                 f"request {group.request_id!r}: prompt_len={group.prompt_len}, "
                 f"output_len={group.output_len}; both must be ≥ 1"
             )
-    loop = ServingLoop(scheduler, SimulatedExecutor(iteration_time, fast_forward=fast_forward), groups,
-                       record_memory=record_memory)
+    executor = SimulatedExecutor(iteration_time, fast_forward=fast_forward,
+                                 first_fork_id=sum(len(g.seqs) for g in groups))
+    loop = ServingLoop(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the loop makes no reference cycles; full collections would dominate its time
     try:

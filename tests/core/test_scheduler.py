@@ -101,3 +101,80 @@ def test_no_request_lost_or_duplicated_under_preemption(mode):
     # one token-step per generated token plus one per recomputation prefill of a recompute victim
     assert result.batched_requests_sum >= sum(r.output_len for r in trace)
     assert manager.get_num_free_gpu_blocks() == 24
+
+
+# -- sequence groups under memory pressure (issue 10, part 1) --------------------------------------
+
+from paged.core.serving_loop import ServingLoop  # noqa: E402
+from paged.sim.executor import SimulatedExecutor  # noqa: E402
+
+
+def serve(manager, groups, mode, max_num_seqs=256, max_num_batched_tokens=2048):
+    sched = Scheduler(manager, preemption_mode=mode, max_num_seqs=max_num_seqs,
+                      max_num_batched_tokens=max_num_batched_tokens)
+    return ServingLoop(sched, SimulatedExecutor(lambda out: 0.01, fast_forward=False), groups).run()
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+@pytest.mark.parametrize("prompt, output, n", [(5, 2, 2), (6, 3, 3), (7, 9, 2), (4, 12, 3)])
+def test_group_whose_blocks_fit_exactly_completes(mode, prompt, output, n):
+    bs = 4
+    final, shared = -(-(prompt + output) // bs), prompt // bs
+    num_blocks = shared + n * (final - shared)  # the group's blocks at its final length: exactly the cache
+    manager = PagedKVCacheManager(num_blocks, bs, num_cpu_blocks=64, watermark=0.0)
+    result = serve(manager, [group(0, prompt, output, n=n)], mode)
+    assert all(s.num_generated == output for s in result.groups[0].seqs)
+    assert manager.get_num_free_gpu_blocks() == num_blocks
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_preempted_groups_come_back_sharing(mode):
+    """Groups of 3 samples preempt each other; every one finishes and all memory comes back."""
+    manager = PagedKVCacheManager(14, 4, num_cpu_blocks=64, watermark=0.0)
+    groups = [group(i, 8, 10, t=0.0, n=3) for i in range(4)]
+    result = serve(manager, groups, mode)
+    assert result.num_preemptions > 0
+    for g in result.groups:
+        assert all(s.num_generated == 10 for s in g.seqs)
+    assert manager.get_num_free_gpu_blocks() == 14
+    if mode == "swap":
+        assert manager.cpu_allocator.num_free_blocks == 64
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_max_num_seqs_counts_sequences_of_a_group(mode):
+    manager = PagedKVCacheManager(64, 4, num_cpu_blocks=64, watermark=0.0)
+    beam = SequenceGroup(0, 0.0, [Sequence(0, 4)], 5, max_num_seqs=3)  # one sequence now, width 3 later
+    sched = Scheduler(manager, preemption_mode=mode, max_num_seqs=4)
+    sched.add_seq_group(beam)
+    sched.add_seq_group(group(1, 4, 5, n=2))
+    out = sched.schedule()
+    assert [g.request_id for g in out.scheduled_seq_groups] == [0]  # 3 + 2 sequences > 4
+    with pytest.raises(RequestTooLargeError, match="runs 5 sequences at once.*max_num_seqs=4"):
+        sched.add_seq_group(SequenceGroup(2, 0.0, [Sequence(20, 4)], 5, max_num_seqs=5))
+
+
+def test_prefill_budget_counts_a_shared_prompt_once():
+    from paged.sim.cost_model import get_cost_model
+
+    manager = PagedKVCacheManager(1024, 16, watermark=0.0)
+    sched = Scheduler(manager, max_num_batched_tokens=600)
+    sched.add_seq_group(group(0, 500, 5, n=4))  # 4 samples of a 500-token prompt: 500 tokens, not 2000
+    sched.add_seq_group(group(1, 500, 5, n=4))
+    out = sched.schedule()
+    assert [g.request_id for g in out.scheduled_seq_groups] == [0]
+    assert out.num_batched_tokens == 500 and out.prefill_token_counts() == [500]
+    cost = get_cost_model("opt-13b")
+    assert cost(out) == cost.prefill_time([500])  # the cost model counts the prompt once too
+    out = sched.schedule()  # the next prefill admits the second group
+    assert [g.request_id for g in out.scheduled_seq_groups] == [1]
+
+
+def test_swapped_group_comes_back_past_the_watermark():
+    """Request 1 grows to 7 of 10 blocks (all it may hold above the 3-block watermark) and is swapped
+    out when request 0 needs a block; once request 0 is done it must come back, watermark or not."""
+    manager = PagedKVCacheManager(10, 4, num_cpu_blocks=16, watermark=0.3)
+    result = serve(manager, [group(0, 4, 20, t=0.0), group(1, 17, 11, t=0.0)], "swap")
+    assert result.num_preemptions == 1
+    assert [g.seqs[0].num_generated for g in result.groups] == [20, 11]
+    assert manager.get_num_free_gpu_blocks() == 10

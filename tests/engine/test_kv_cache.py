@@ -214,7 +214,9 @@ def test_swap_out_and_in_restores_bytes_and_ref_counts():
 def test_swap_mapping_errors():
     cache = small_cache(num_cpu_blocks=4)
     with pytest.raises(ValueError, match="two different pairs"):
-        cache.swap_out([(1, 0), (1, 2)])
+        cache.swap_out([(1, 0), (2, 0)])  # two GPU blocks into one CPU block
+    cache.swap_out([(1, 0), (1, 2)])  # one GPU block shared by two swapped groups: copied to both
+    assert torch.equal(cache.cpu_key_caches[0][0], cache.cpu_key_caches[0][2])
     with pytest.raises(ValueError, match="outside"):
         cache.swap_out([(1, 4)])
     with pytest.raises(ValueError, match="outside"):

@@ -152,3 +152,123 @@ def test_bad_input(model):
     with pytest.raises(TypeError, match="token ids must be integers"):
         llm.generate([[1.7, 2.2]], GREEDY)
     assert llm.kv_manager.get_num_free_gpu_blocks() == 4  # nothing was queued or allocated
+
+
+# -- sharing under memory pressure, prefix caching (issue 10) -----------------------------------------
+
+SHARED = [7, 9, 11, 13] * 10  # a 40-token prefix shared by some prompts (2 full blocks of 16, and more)
+
+
+@pytest.fixture(scope="module")
+def mixed_requests(prompts):
+    reqs = [
+        (SHARED + prompts[0], GREEDY),
+        (SHARED + prompts[1][:9], SamplingParams(n=3, temperature=0, max_tokens=MAX_TOKENS)),
+        (prompts[2], SamplingParams(beam_width=3, max_tokens=MAX_TOKENS)),
+        (SHARED + prompts[5], SamplingParams(beam_width=2, n=2, max_tokens=MAX_TOKENS)),
+        (SHARED + prompts[0], GREEDY),  # the same prompt again: a full prefix-cache hit
+        (prompts[4], SamplingParams(n=2, temperature=0, max_tokens=MAX_TOKENS)),
+    ]
+    return [p for p, _ in reqs], [s for _, s in reqs]
+
+
+def _run(model, prompts, params, **kwargs):
+    llm = LLM(model, block_size=16, **kwargs)
+    outs = llm.generate(prompts, params)
+    return llm, outs
+
+
+def _tokens_and_scores(outs):
+    return [[(c.token_ids, c.cumulative_logprob) for c in o.outputs] for o in outs]
+
+
+@pytest.fixture(scope="module")
+def unpreempted(model, mixed_requests):
+    llm, outs = _run(model, *mixed_requests, num_gpu_blocks=256)
+    assert llm.last_stats.num_preemptions == 0
+    return outs
+
+
+@pytest.mark.parametrize("caching", [False, True], ids=["no-cache", "prefix-cache"])
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_groups_under_preemption_equal_an_unpreempted_run(model, mixed_requests, unpreempted, hf_greedy,
+                                                          preemption, caching):
+    """Greedy samples and beam groups (beams and scores) come out the same when a starved cache
+    preempts them mid-run, by swapping or by recomputation, with prefix caching on or off."""
+    llm, outs = _run(model, *mixed_requests, num_gpu_blocks=12, preemption=preemption, watermark=0.0,
+                     enable_prefix_caching=caching)
+    assert llm.last_stats.num_preemptions > 0
+    got, want = _tokens_and_scores(outs), _tokens_and_scores(unpreempted)
+    for g, w in zip(got, want):
+        assert [ids for ids, _ in g] == [ids for ids, _ in w]
+        # Beam scores: equal up to float rounding (6e-7 seen): a preempted run batches other sequences
+        # with each step, and a matrix product's rounding depends on the batch (same runs alone: bit-equal).
+        for (_, a), (_, b) in zip(g, w):
+            assert (a is None and b is None) or a == pytest.approx(b, rel=1e-6, abs=1e-6)
+    assert all(c.token_ids == outs[1].outputs[0].token_ids for c in outs[1].outputs)  # greedy samples agree
+    seq = model.generate(torch.tensor([mixed_requests[0][0]]), max_new_tokens=MAX_TOKENS, do_sample=False,
+                         pad_token_id=0)[0, len(mixed_requests[0][0]):].tolist()
+    assert outs[0].outputs[0].token_ids == seq == outs[4].outputs[0].token_ids  # and equal HF's greedy search
+    if caching:
+        assert outs[4].num_cached_tokens >= 32  # the repeated prompt found its full blocks
+    assert llm.kv_manager.get_num_free_gpu_blocks() == 12
+    if preemption == "swap":
+        assert llm.kv_manager.cpu_allocator.num_free_blocks == llm.kv_manager.cpu_allocator.num_blocks
+
+
+def test_prefix_cache_reports_cached_tokens_and_equals_hf(model, prompts):
+    llm = LLM(model, block_size=16, num_gpu_blocks=64, enable_prefix_caching=True)
+    first = llm.generate([SHARED + prompts[1]], GREEDY)[0]
+    assert first.num_cached_tokens == 0
+    later = llm.generate([SHARED + prompts[1], SHARED + prompts[3], SHARED[:32]], GREEDY)
+    assert [o.num_cached_tokens for o in later] == [48, 32, 16]  # full blocks; the last token always computed
+    assert later[0].outputs[0].token_ids == first.outputs[0].token_ids
+    for p, o in zip([SHARED + prompts[3], SHARED[:32]], later[1:]):
+        seq = model.generate(torch.tensor([p]), max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=0)
+        assert o.outputs[0].token_ids == seq[0, len(p):].tolist()
+    assert llm.last_stats.steps[0].num_tokens == (57 - 48) + (41 - 32) + (32 - 16)  # only uncached tokens ran
+
+
+def test_group_wider_than_max_num_seqs_is_refused(model):
+    llm = LLM(model, block_size=16, num_gpu_blocks=64, max_num_seqs=3)
+    with pytest.raises(RequestTooLargeError, match="runs 4 sequences at once.*max_num_seqs=3"):
+        llm.generate([[5, 6, 7]], SamplingParams(beam_width=4, max_tokens=4))
+    with pytest.raises(ValueError, match="enable_prefix_caching needs kv_manager='paged'"):
+        LLM(model, kv_manager="orca-max", enable_prefix_caching=True)
+
+
+def test_string_prompts_get_special_tokens_like_hf():
+    """The shipped model was trained on <s>…</s> documents: a string prompt gets its BOS, once, and the
+    greedy output equals Hugging Face generate on the same string."""
+    from transformers import AutoTokenizer
+
+    from paged.workloads import data_path
+
+    path = data_path("models/sharegpt-llama-tiny")
+    llm = LLM(path, num_gpu_blocks=64)
+    tok = AutoTokenizer.from_pretrained(path)
+    prompts = ["How do I bake bread at home?", "Write a short poem about the sea."]
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    outs = llm.generate(prompts, params)
+    for prompt, out in zip(prompts, outs):
+        enc = tok(prompt, return_tensors="pt")
+        assert out.prompt_token_ids == enc["input_ids"][0].tolist() and out.prompt_token_ids[0] == tok.bos_token_id
+        ref = llm.model.generate(**enc, max_new_tokens=16, min_new_tokens=16, do_sample=False,
+                                 pad_token_id=tok.eos_token_id)
+        assert out.outputs[0].token_ids == ref[0, enc["input_ids"].shape[1]:].tolist()
+    once = llm.generate(["<s>Hello there"], params)[0].prompt_token_ids
+    assert once == tok("Hello there")["input_ids"]  # not two BOS
+    assert llm.generate(["Hello there"], params, add_special_tokens=False)[0].prompt_token_ids[0] != tok.bos_token_id
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_beam_search_preempted_mid_search_returns_the_same_beams(model, prompts, preemption):
+    params = SamplingParams(beam_width=3, max_tokens=MAX_TOKENS)
+    ref = LLM(model, block_size=16, num_gpu_blocks=256).generate(prompts[:5], params)
+    llm = LLM(model, block_size=16, num_gpu_blocks=10, preemption=preemption, watermark=0.0)
+    outs = llm.generate(prompts[:5], params)
+    assert llm.last_stats.num_preemptions > 0 and max(o.metrics["num_preemptions"] for o in outs) > 0
+    for a, b in zip(ref, outs):
+        assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
+        for c, d in zip(a.outputs, b.outputs):  # bit-equal on the dev machine; 1e-6 allows another BLAS
+            assert d.cumulative_logprob == pytest.approx(c.cumulative_logprob, rel=1e-6)

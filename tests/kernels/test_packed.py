@@ -56,3 +56,16 @@ def test_empty_batch():
     out = paged_attention_packed(torch.zeros(0, 8, 32), torch.zeros(4, 16, 2, 32), torch.zeros(4, 16, 2, 32),
                                  packed, 0.1)
     assert out.shape == (0, 8, 32)
+
+
+def test_fp16_large_scores_do_not_overflow():
+    """Unscaled q·k above fp16's 65504 made the old half-precision path return NaN; the softmax is
+    taken in fp32 on scaled queries now."""
+    query, key_cache, value_cache, tables, lens = make_case((20, 37), 16, 64, 4, 2, FP16, device="cpu")
+    query = query.abs() * 0 + 40.0  # q·k = 64 × 40 × 40 = 102400 > 65504 for a key of all 40s
+    for cache in (key_cache, value_cache):
+        cache.copy_(torch.where(cache.isnan(), cache, torch.full_like(cache, 40.0)))
+    scale = 64 ** -0.5
+    ref = paged_attention_reference(query.float(), key_cache.float(), value_cache.float(), tables, lens, scale)
+    out = paged_attention_packed(query, key_cache, value_cache, pack_block_tables(tables, lens, 16), scale)
+    assert_close(out, ref, FP16)

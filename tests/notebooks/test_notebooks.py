@@ -27,6 +27,9 @@ TYPED = {"00_tour"}
 TINY = {
     "00_tour": {"sched_num_requests": 6},
     "01_fragmentation": {"num_requests": 80, "block_sizes": [8, 16], "kv_cache_gib": 2.0},
+    "02_sharing": {"num_requests": 40, "widths": [2], "systems": ["paged", "orca-oracle"], "max_rate": 8.0,
+                   "rate_fractions": [0.5, 1.0], "saving_traces": ["alpaca"], "engine_num_requests": 2,
+                   "demo_num_requests": 4, "demo_max_tokens": 2, "demo_rounds": 1, "workers": 1},
     "03_throughput": {"num_requests": 60, "sharegpt_rates": [1.0, 4.0], "alpaca_rates": [10.0],
                       "chat_rates": [1.0], "block_sizes": [8, 16], "sustained_max_rate": 4.0, "workers": 1},
     "04_kernel": {"device": "cpu", "context_lens": [16, 64], "batch_sizes": [2], "num_heads": 8,

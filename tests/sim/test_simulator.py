@@ -4,9 +4,11 @@ import pytest
 from support import synthetic_trace as synthetic
 
 from paged.block.manager import PagedKVCacheManager
+from paged.contiguous import ContiguousKVCacheManager
 from paged.experiments.serving import SYSTEMS, run_system, simulate_point
 from paged.sim.cost_model import get_cost_model
 from paged.sim.simulator import simulate
+from paged.workloads import Request as Req
 
 
 
@@ -41,3 +43,106 @@ def test_latency_grows_with_rate_and_paged_batches_more():
 def test_unknown_system():
     with pytest.raises(ValueError, match="unknown system"):
         run_system(synthetic(3), "tgi")
+
+
+# -- sequence groups and shared prefixes at paper scale (issue 10, part 3) ---------------------------
+
+from dataclasses import dataclass  # noqa: E402
+
+from paged.sim.beam_replay import load_beam_traces  # noqa: E402
+from paged.sim.simulator import groups_from_trace  # noqa: E402
+
+
+@dataclass(frozen=True)
+class PrefixedRequest:
+    """A hand-made request with a shared-prefix length (the field the WMT16 traces carry)."""
+
+    request_id: int
+    prompt_len: int
+    output_len: int
+    arrival_time: float
+    prefix_len: int
+
+
+def _group_snapshot(result):
+    return (result.num_iterations, result.duration, result.num_preemptions, result.memory,
+            [(g.first_token_time, g.finished_time, sorted(s.num_generated for s in g.seqs)) for g in result.groups])
+
+
+GROUP_MANAGERS = {
+    "paged16": lambda: PagedKVCacheManager(4096 // 16, 16, num_cpu_blocks=128),
+    "paged8-apc": lambda: PagedKVCacheManager(4096 // 8, 8, num_cpu_blocks=128, enable_prefix_caching=True),
+    "oracle": lambda: ContiguousKVCacheManager(4096, "oracle", max_seq_len=1024),
+}
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+@pytest.mark.parametrize("name", list(GROUP_MANAGERS))
+@pytest.mark.parametrize("n, beam", [(3, 1), (1, 4)], ids=["parallel3", "beam4"])
+def test_groups_fast_forward_equals_step_by_step(name, preemption, n, beam):
+    trace = synthetic(60, rate=10.0, seed=2)
+    cost = get_cost_model("opt-13b")
+    results = [simulate(trace, GROUP_MANAGERS[name](), cost, preemption_mode=preemption, fast_forward=ff,
+                        max_num_batched_tokens=1024, n=n, beam_width=beam) for ff in (True, False)]
+    assert _group_snapshot(results[0]) == _group_snapshot(results[1])
+    for g, r in zip(sorted(results[0].groups, key=lambda g: g.request_id), trace):
+        assert len(g.seqs) == max(n, beam) and all(s.num_generated == r.output_len for s in g.seqs)
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_beam_groups_under_preemption_finish_and_free_everything(preemption):
+    import random
+
+    rng = random.Random(5)
+    trace = [Req(i, rng.randint(1, 100), rng.randint(1, 60), 0.01 * i) for i in range(40)]
+    manager = PagedKVCacheManager(1024 // 16, 16, num_cpu_blocks=256, watermark=0.0)
+    result = simulate(trace, manager, lambda out: 0.01, preemption_mode=preemption, beam_width=6,
+                      record_memory=False, max_num_batched_tokens=4096)
+    assert result.num_preemptions > 0
+    assert all(s.num_generated == r.output_len for g, r in zip(sorted(result.groups, key=lambda g: g.request_id), trace)
+               for s in g.seqs)
+    assert manager.get_num_free_gpu_blocks() == 1024 // 16 and manager.cpu_allocator.num_free_blocks == 256
+
+
+def test_beam_replay_follows_the_recording():
+    traces = load_beam_traces()
+    assert sorted(traces) == [2, 4, 6] and all(len(t) == 12 for t in traces.values())
+    (group,) = groups_from_trace([Req(0, 10, 200, 0.0)], beam_width=4)
+    recorded = traces[4][0]
+    assert group.beam is recorded and group.max_num_seqs == 4
+    assert recorded.parents(len(recorded.steps)) == recorded.steps[1]  # past its end it repeats from step 1
+    with pytest.raises(ValueError, match="no recorded beam-search trace of width 3"):
+        groups_from_trace([Req(0, 10, 20, 0.0)], beam_width=3)
+
+
+def test_sharing_saves_blocks_only_where_blocks_can_be_shared():
+    trace = synthetic(40, rate=5.0, seed=4)
+    cost = get_cost_model("opt-13b")
+    saved = {}
+    for name, manager in (("paged", PagedKVCacheManager(cost.num_kv_slots // 16, 16)),
+                          ("oracle", ContiguousKVCacheManager(cost.num_kv_slots, "oracle", max_seq_len=2048))):
+        for mode, kw in (("n4", {"n": 4}), ("beam4", {"beam_width": 4}), ("n1", {})):
+            result = simulate(trace, manager, cost, record_memory=False, record_sharing=True, **kw)
+            saved[name, mode] = result.sharing.saving
+    assert saved["paged", "beam4"] > saved["paged", "n4"] > 0 == saved["paged", "n1"]
+    assert saved["oracle", "n4"] == saved["oracle", "beam4"] == 0
+
+
+def test_shared_prefix_is_shared_reserved_or_found_by_the_cache():
+    reqs = [PrefixedRequest(i, 120 + i % 7, 20, 0.05 * i, prefix_len=80) for i in range(30)]
+    cost = get_cost_model("llama-13b")
+    runs = {}
+    for mode, caching in (("reserved", False), ("tokens", True), ("none", False)):
+        manager = PagedKVCacheManager(cost.num_kv_slots // 16, 16, enable_prefix_caching=caching)
+        runs[mode] = simulate(reqs, manager, cost, shared_prefix=mode, record_memory=False, record_sharing=True)
+    # 80 tokens = 5 full blocks of 16 shared by every request (reserved) or by all after the first (cache)
+    assert [g.num_cached_tokens for g in runs["reserved"].groups] == [80] * 30
+    assert runs["tokens"].groups[0].num_cached_tokens == 0
+    assert all(g.num_cached_tokens == 80 for g in runs["tokens"].groups[1:])
+    assert runs["none"].sharing.saving == 0 < runs["tokens"].sharing.saving
+    assert runs["reserved"].sharing.saving > 0
+    # a shared prefix is computed once (cached tokens are not prefilled): less time than computing it always
+    assert runs["reserved"].duration < runs["none"].duration
+    oracle = simulate(reqs, ContiguousKVCacheManager(cost.num_kv_slots, "oracle", max_seq_len=2048), cost,
+                      record_memory=False, record_sharing=True)
+    assert oracle.sharing.saving == 0 and all(g.num_cached_tokens == 0 for g in oracle.groups)

@@ -1,0 +1,119 @@
+"""Planning a prefill of the paged manager: where each logical block of each sequence comes from (§4.4, §4.5).
+
+:func:`plan_prefill` looks at a sequence group about to be prefilled and decides, changing nothing,
+for every logical block of every sequence whose tokens the prefill computes:
+
+* a **reserved-prefix** block (``SequenceGroup.prefix_len``: the provider's shared prefix, pinned);
+* a **prefix-cache hit** (automatic prefix caching: the longest run of cached full blocks, never the
+  block of the last token, so its logits are computed);
+* the **same block as an earlier sequence of the group** (a group preempted by recomputation shares
+  again exactly the full blocks it shared when preempted: its prompt, a beam tree);
+* or a **new** block.
+
+A new group's samples (all without generated tokens) are forks of its first sequence. The plan
+answers the scheduler's three questions (tokens to compute, blocks needed, where each sequence's
+computation starts) and is what :meth:`paged.block.PagedKVCacheManager.allocate` carries out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from paged.block.allocator import BlockAllocator
+from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
+
+__all__ = ["PrefillPlan", "plan_prefill", "NEW", "HIT", "SIBLING", "PREFIX"]
+
+#: Where a logical block of a planned prefill comes from.
+NEW, HIT, SIBLING, PREFIX = 0, 1, 2, 3
+
+
+@dataclass(slots=True)
+class PrefillPlan:
+    """A prefill of a group's waiting sequences, planned (nothing changed yet).
+
+    Attributes:
+        seqs: the group's waiting sequences, in group order.
+        sources: ``sources[j][i] = (kind, value)`` for logical block ``i`` of computed sequence ``j``:
+            ``(NEW, 0)``, ``(HIT, block)``, ``(SIBLING, j')`` (the block of sequence ``j'`` at index
+            ``i``) or ``(PREFIX, i)`` (reserved-prefix block ``i``).
+        starts: each waiting sequence's first token to compute (``num_tokens``: a fork of the first).
+        hit_cids: content ids of each computed sequence's cache hits.
+        forks: waiting sequences after the first of a new group (they fork the first).
+        needed: free blocks the allocation takes (evictable hits included).
+        total: distinct blocks the group's tables hold afterwards (reserved prefix included).
+        reserve: reserved-prefix blocks to allocate first (the prefix's first use).
+        tokens: tokens the prefill computes.
+    """
+
+    seqs: list[Sequence]
+    sources: list[list[tuple[int, int]]]
+    starts: list[int]
+    hit_cids: list[list[int]]
+    forks: int = 0
+    needed: int = 0
+    total: int = 0
+    reserve: int = 0
+    tokens: int = 0
+
+
+def plan_prefill(seq_group: SequenceGroup, *, block_size: int, allocator: BlockAllocator,
+                 layouts: dict[int, list[int]], reserved: dict[int, list[int]],
+                 cache_hits: Callable[[Sequence, int], list[tuple[int, int]]] | None) -> PrefillPlan:
+    """Plan the prefill of ``seq_group``'s waiting sequences (module docstring). O(blocks).
+
+    Args:
+        block_size: tokens per block.
+        allocator: the GPU allocator (reference counts of hit blocks).
+        layouts: seq_id → its full blocks when it was preempted by recomputation.
+        reserved: prefix_len → the pinned blocks of that reserved prefix (absent: not reserved yet).
+        cache_hits: ``cache_hits(seq, limit)`` → ``(block, content id)`` of its cached leading blocks,
+            or None without prefix caching.
+    """
+    bs = block_size
+    waiting = seq_group.get_seqs(SequenceStatus.WAITING)
+    fresh = all(seq.num_generated == 0 for seq in waiting)
+    computed = waiting[:1] if fresh else waiting
+    plan = PrefillPlan(waiting, [], [], [], forks=len(waiting) - len(computed))
+    prefix_len = seq_group.prefix_len
+    if prefix_len and prefix_len not in reserved:
+        plan.reserve = prefix_len // bs
+    first_holder: dict[int, int] = {}  # block at preemption -> first sequence of the plan holding it
+    counted: set[int] = set()
+    for j, seq in enumerate(computed):
+        n = seq.num_tokens
+        num_blocks = -(-n // bs)
+        limit = (n - 1) // bs  # the block holding the last token is always computed
+        hits: list[tuple[int, int]] = []
+        if prefix_len:
+            sources = [(PREFIX, i) for i in range(min(prefix_len // bs, limit))]
+        elif cache_hits is not None:
+            hits = cache_hits(seq, limit)
+            sources = [(HIT, b) for b, _ in hits]
+        else:
+            sources = []
+        old = layouts.get(seq.seq_id, ())[:limit]
+        for i in range(len(sources), num_blocks):
+            holder = first_holder.get(old[i], j) if i < len(old) else j
+            sources.append((SIBLING, holder) if holder != j else (NEW, 0))
+        for block in old:
+            first_holder.setdefault(block, j)
+        covered = next((i for i, (kind, _) in enumerate(sources) if kind == NEW), num_blocks)
+        plan.sources.append(sources)
+        plan.hit_cids.append([cid for _, cid in hits])
+        plan.starts.append(covered * bs)
+        plan.tokens += n - covered * bs
+        for kind, value in sources:
+            if kind == NEW:
+                plan.needed += 1
+                plan.total += 1
+            elif kind == HIT and value not in counted:
+                counted.add(value)
+                plan.total += 1
+                plan.needed += allocator.ref_count(value) == 0  # an evictable block leaves the free pool
+    if prefix_len:
+        plan.total += prefix_len // bs
+    plan.needed += plan.reserve
+    plan.starts += [waiting[0].num_tokens] * plan.forks
+    return plan

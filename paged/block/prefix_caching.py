@@ -1,0 +1,209 @@
+"""Automatic prefix caching in the block allocator (paper §4.4 "shared prefix"; vLLM's APC).
+
+A *full* block's KV depends only on its tokens and every token before it, so a full block can be
+named by a hash chained through the blocks before it: ``hash(parent block's hash, its tokens, extra
+keys)`` (:func:`hash_block_tokens`; extra keys separate caches that must not mix, e.g. adapters).
+:class:`PrefixCachingBlockAllocator` keeps a map from that hash to the blocks holding that content:
+
+* a request whose prompt starts with cached blocks takes them (:meth:`~PrefixCachingBlockAllocator.reuse`)
+  instead of computing their KV again;
+* a hit is **confirmed by comparing the tokens**, never by the hash alone: each cached block stores
+  its key ``(parent content id, tokens, extra keys)``, where a content id is a number given once to
+  each registered content and never reused, so equal keys mean the same tokens after the same
+  verified parent. A hash collision (tested with a deliberately weak hash) only costs a comparison;
+* a freed cached block keeps its KV and stays findable until its slot is needed: free blocks form a
+  doubly linked queue (:class:`~paged.block.free_queue.FreeBlockQueue`) with uncached blocks at the
+  head (handed out first) and cached ones at the tail in the order they were freed, so allocation
+  evicts the least recently freed cached block (LRU), and a hit on a free block unlinks it in O(1);
+* free (uncached) + evictable (cached, reference count 0) + in use (count ≥ 1) blocks are the
+  ``num_blocks`` distinct blocks, always; ``num_free_blocks`` (what admission may take) is the first
+  two together.
+
+Compared with vLLM V1's ``BlockPool`` (read through its design notes, not its code): the same
+doubly linked free queue and hash-to-blocks map; freed uncached blocks go to the head here
+(vLLM appends every freed block at the tail), so an uncached block is always reused before any
+cached KV is evicted; and content ids make a hit exact under any hash (vLLM relies on a strong
+hash, sha256 optionally).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+from paged.block.allocator import BlockAllocator, OutOfBlocksError
+from paged.block.free_queue import FreeBlockQueue
+
+__all__ = ["PrefixCachingBlockAllocator", "hash_block_tokens", "NO_PARENT"]
+
+#: Parent hash and parent content id of a sequence's first block.
+NO_PARENT = -1
+
+
+def hash_block_tokens(parent_hash: int, token_ids: tuple[int, ...], extra_keys: Hashable = None) -> int:
+    """The chained hash of one full block: Python's tuple hash of ``(parent_hash, token_ids,
+    extra_keys)`` (an int; deterministic for integer tokens whatever ``PYTHONHASHSEED`` is). O(tokens).
+
+    Args:
+        parent_hash: the previous block's hash, :data:`NO_PARENT` for a sequence's first block.
+        token_ids: the block's ``block_size`` token ids.
+        extra_keys: anything else the KV depends on (None: nothing).
+    """
+    return hash((parent_hash, token_ids, extra_keys))
+
+
+class PrefixCachingBlockAllocator(BlockAllocator):
+    """A :class:`~paged.block.BlockAllocator` whose freed full blocks stay reusable by content (module docstring).
+
+    Args:
+        num_blocks, block_size: as :class:`~paged.block.BlockAllocator`.
+        hash_fn: ``hash_fn(parent_hash, token_ids, extra_keys) -> int``, default
+            :func:`hash_block_tokens`; any function is correct (hits are confirmed by the tokens),
+            a weak one is only slower.
+
+    Costs: :meth:`allocate`, :meth:`free`, :meth:`reuse` O(1) (an eviction adds O(blocks sharing the
+    evicted hash)); :meth:`lookup` and :meth:`register` O(block_size + blocks sharing the hash).
+    """
+
+    __slots__ = ("_queue", "_hash", "_key", "_cid", "_cached", "_next_cid", "hash_fn", "_num_evictable")
+
+    def __init__(self, num_blocks: int, block_size: int, *,
+                 hash_fn: Callable[[int, tuple[int, ...], Hashable], int] = hash_block_tokens) -> None:
+        super().__init__(num_blocks, block_size)
+        self._free = []  # the base class's stack stays empty: free blocks live in the linked queue
+        self._queue = FreeBlockQueue(num_blocks)
+        self._hash: list[int | None] = [None] * num_blocks  # chained hash of a cached block, else None
+        self._key: list[tuple | None] = [None] * num_blocks  # (parent content id, tokens, extra keys)
+        self._cid: list[int] = [NO_PARENT] * num_blocks  # content id of a cached block
+        self._cached: dict[int, list[int]] = {}  # hash -> cached blocks with that hash
+        self._next_cid = 0
+        self._num_evictable = 0
+        self.hash_fn = hash_fn
+
+    # -- counts -----------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks with reference count 0, cached or not: what an allocation may take (blocks). O(1)."""
+        return len(self._queue)
+
+    @property
+    def num_evictable_blocks(self) -> int:
+        """Free blocks that still hold cached KV (blocks). O(1)."""
+        return self._num_evictable
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks registered in the cache, in use or evictable (blocks). O(distinct hashes)."""
+        return sum(len(bucket) for bucket in self._cached.values())
+
+    # -- the free pool ------------------------------------------------------------------
+    def allocate(self) -> int:
+        """Take the head of the free queue (an uncached block, else the least recently freed cached
+        one, whose cache entry is evicted) with reference count 1. O(1).
+
+        Raises:
+            OutOfBlocksError: if no block is free.
+        """
+        try:
+            block_id = self._queue.popleft()
+        except IndexError:
+            raise OutOfBlocksError(f"no free KV block: all {self._num_blocks} blocks are in use") from None
+        if self._hash[block_id] is not None:
+            self._evict(block_id)
+        self._ref_counts[block_id] = 1
+        return block_id
+
+    def free(self, block_id: int) -> None:
+        """Drop one reference; at zero the block joins the free queue: at the tail if it holds cached
+        KV (evictable, still findable), else at the head. O(1).
+
+        Raises:
+            ValueError / TypeError: as :meth:`paged.block.BlockAllocator.free` (which checks and counts).
+        """
+        super().free(block_id)  # at zero, the base class pushes the block on its (otherwise empty) stack
+        if self._free:
+            self._free.pop()
+            if self._hash[block_id] is None:
+                self._queue.push_front(block_id)
+            else:
+                self._queue.push_back(block_id)
+                self._num_evictable += 1
+
+    def reuse(self, block_id: int) -> None:
+        """Take one reference to the cached block ``block_id`` (a hit): out of the free queue if it was
+        free. O(1). The caller found it with :meth:`lookup`."""
+        if self._ref_counts[block_id] == 0:
+            self._queue.remove(block_id)
+            self._num_evictable -= 1
+        self._ref_counts[block_id] += 1
+
+    def is_evictable(self, block_id: int) -> bool:
+        """True if ``block_id`` is free and still holds cached KV. O(1)."""
+        return self._ref_counts[block_id] == 0 and self._hash[block_id] is not None
+
+    # -- the cache ----------------------------------------------------------------------
+    def lookup(self, block_hash: int, parent_cid: int, token_ids: tuple[int, ...],
+               extra_keys: Hashable = None) -> tuple[int, int] | None:
+        """The cached block holding ``token_ids`` after the content ``parent_cid``, or None.
+
+        Args:
+            block_hash: the block's chained hash (from :attr:`hash_fn`), used to find candidates.
+            parent_cid: the content id of the verified previous block (:data:`NO_PARENT` for the first).
+            token_ids, extra_keys: what the block must hold; compared exactly.
+
+        Returns:
+            ``(block, content id)`` of a hit, or None. O(block_size × candidates).
+        """
+        bucket = self._cached.get(block_hash)
+        if bucket:
+            key = (parent_cid, token_ids, extra_keys)
+            for block in bucket:
+                if self._key[block] == key:
+                    return block, self._cid[block]
+        return None
+
+    def register(self, block_id: int, block_hash: int, parent_cid: int, token_ids: tuple[int, ...],
+                 extra_keys: Hashable = None) -> int:
+        """Record that the in-use block ``block_id`` now holds ``token_ids`` after ``parent_cid`` (it is
+        full and its KV is being computed). Returns the content id the next block chains to: the
+        block's own, or, when another block already holds the same content, that block's (``block_id``
+        then stays uncached: one cached block per content). O(block_size × candidates).
+
+        Raises:
+            ValueError: if the block is free, or already cached with other content.
+        """
+        if self._ref_counts[block_id] == 0:
+            raise ValueError(f"block {block_id} is free: only a block in use can be registered")
+        if self._hash[block_id] is not None:  # already cached (a block shared with a sibling)
+            if self._key[block_id] != (parent_cid, token_ids, extra_keys):
+                raise ValueError(f"block {block_id} is cached with other content")
+            return self._cid[block_id]
+        hit = self.lookup(block_hash, parent_cid, token_ids, extra_keys)
+        if hit is not None:
+            return hit[1]
+        cid = self._next_cid
+        self._next_cid += 1
+        self._hash[block_id] = block_hash
+        self._key[block_id] = (parent_cid, token_ids, extra_keys)
+        self._cid[block_id] = cid
+        self._cached.setdefault(block_hash, []).append(block_id)
+        return cid
+
+    def _evict(self, block_id: int) -> None:
+        """Forget the cached content of ``block_id`` (it is being handed out for new KV)."""
+        block_hash = self._hash[block_id]
+        bucket = self._cached[block_hash]
+        bucket.remove(block_id)
+        if not bucket:
+            del self._cached[block_hash]
+        self._hash[block_id] = None
+        self._key[block_id] = None
+        self._cid[block_id] = NO_PARENT
+        self._num_evictable -= 1
+
+    def free_queue(self) -> list[int]:
+        """The free blocks from head (next handed out) to tail (a copy). O(free blocks)."""
+        return list(self._queue)
+
+    def __repr__(self) -> str:
+        return (f"PrefixCachingBlockAllocator(num_blocks={self._num_blocks}, block_size={self._block_size}, "
+                f"free={len(self._queue)}, evictable={self._num_evictable})")

@@ -1,0 +1,62 @@
+"""Notebook 02's driver (§6.3, §6.4): settings, sustained-rate ratios, memory saving, Fig. 16's skip, the table."""
+
+import pandas as pd
+import pytest
+
+from paged.experiments import sharing, sharing_figures
+
+
+def test_group_options():
+    assert sharing.group_options("basic", 1) == {"n": 1}
+    assert sharing.group_options("parallel", 4) == {"n": 4}
+    assert sharing.group_options("beam", 6) == {"beam_width": 6}
+    with pytest.raises(ValueError, match="unknown setting"):
+        sharing.group_options("greedy", 2)
+
+
+def test_sharing_pays_off_more_for_beams_than_for_samples():
+    rates = sharing.sustained_rates([("basic", 1), ("beam", 6)], ("paged", "orca-oracle"), num_requests=200,
+                                    hi=30.0, rel_tol=0.1, workers=1)
+    gains = sharing.improvement_over_oracle(rates)
+    assert list(gains["decoding"]) == ["basic", "beam"]
+    beam = gains.set_index("decoding")["improvement"]
+    assert beam["beam"] > 1.5  # Orca reserves every candidate's full length; paged shares the beam tree
+    sweep = sharing.latency_sweep(rates[rates["decoding"] == "beam"], ("paged", "orca-oracle"), fractions=(0.5, 1.0),
+                                  num_requests=60, workers=1)
+    assert len(sweep) == 4 and set(sweep["width"]) == {6}
+
+
+def test_memory_saving_is_the_papers_measure():
+    df = sharing.memory_saving(("alpaca",), (2, 6), num_requests=60, workers=1)
+    s = df.set_index(["decoding", "width"])["saving_percent"]
+    assert 0 < s["parallel", 2] < s["parallel", 6] < 100
+    assert 0 < s["beam", 2] < s["beam", 6] < 100
+    assert (df["blocks_in_use_mean"] < df["blocks_without_sharing_mean"]).all()
+    share = sharing.length_summary(("alpaca",), num_requests=60).set_index("trace")["prompt_block_share"]["alpaca"]
+    # parallel samples share only full prompt blocks: n samples save at most (n - 1) / n of that share
+    assert s["parallel", 2] / 100 <= share
+
+
+def test_fig16_is_skipped_without_the_wmt16_traces(capsys, monkeypatch):
+    monkeypatch.setattr(sharing, "NAMED_TRACES", {"sharegpt": "x", "alpaca": None})
+    assert sharing.available_fig16_traces() == {}
+    assert sharing.shared_prefix_rates(num_requests=10) is None
+    assert "Fig. 16 skipped" in capsys.readouterr().out
+
+
+def test_demo_summary_and_paper_table():
+    demo = pd.DataFrame({"caching": [False, True, False, True], "round": [0, 0, 1, 1],
+                         "seconds": [2.0, 1.5, 2.2, 1.1], "prefill_seconds": [1.0, 0.5, 1.0, 0.25],
+                         "prefill_tokens": [400, 100, 400, 100], "prompt_tokens": [400] * 4,
+                         "cached_tokens": [0, 300, 0, 300], "hit_rate": [0, 0.75, 0, 0.75],
+                         "same_output": [True] * 4})
+    summary = sharing.demo_summary(demo)
+    assert summary["hit_rate"] == 0.75 and summary["prefill_tokens_saved"] == 0.75
+    assert summary["prefill_time_saved_range"] == (0.5, 0.75) and summary["same_output"]
+    gains = pd.DataFrame({"decoding": ["basic", "beam"], "width": [1, 6], "improvement": [1.1, 2.0]})
+    saving = pd.DataFrame({"trace": ["alpaca"] * 2, "decoding": ["parallel", "beam"], "width": [2, 2],
+                           "saving_percent": [5.0, 40.0]})
+    table = sharing_figures.paper_comparison(gains, saving, None, None, summary, "synthetic lengths")
+    assert list(table.columns) == ["claim", "paper", "this run", "why it differs"]
+    assert table["this run"].str.contains("2.00x").any() and table["paper"].str.contains("2.3x").any()
+    assert table["this run"].str.contains("not run").sum() == 2  # both Fig. 16 rows say they were skipped
