@@ -329,9 +329,6 @@ def plot_fig18a(frame: pd.DataFrame):
     right.axhline(1.0, color="black", lw=0.8)
     right.set(xscale="log", xlabel="context length (tokens)", ylabel="paged / contiguous latency")
     right.legend(title="batch", fontsize=8)
-    device = frame["device"].iloc[0] if len(frame) else ""
-    fig.suptitle(f"Fig. 18a: {frame['paged_impl'].iloc[0] if len(frame) else ''} vs contiguous — {device}",
-                 fontsize=10)
     fig.tight_layout()
     return fig
 

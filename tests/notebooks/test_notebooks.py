@@ -21,12 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 KERNEL = project_kernel()  # "paged" (make venv installs it), else python3
 #: Notebooks whose parameters carry type annotations (``name: type = value  # help``).
-TYPED = {"00_tour"}
+TYPED = {"00_tour", "01_fragmentation", "04_kernel"}
 
 #: Tiny parameters per notebook: seconds, not minutes.
 TINY = {
     "00_tour": {"sched_num_requests": 6},
-    "01_fragmentation": {"num_requests": 80, "block_sizes": [8, 16], "kv_cache_gib": 2.0},
+    "01_fragmentation": {"num_requests": 300, "block_sizes": [8, 16], "kv_cache_gib": 2.0},
     "02_sharing": {"num_requests": 40, "widths": [2], "systems": ["paged", "orca-oracle"], "max_rate": 8.0,
                    "rate_fractions": [0.5, 1.0], "saving_traces": ["alpaca"], "engine_num_requests": 2,
                    "demo_num_requests": 4, "demo_max_tokens": 2, "demo_rounds": 1, "workers": 1},
