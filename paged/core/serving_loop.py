@@ -23,7 +23,7 @@ from typing import Protocol
 
 from paged.core.metrics import MemoryStats
 from paged.core.scheduler import Scheduler, SchedulerOutputs
-from paged.core.sequence import SequenceGroup
+from paged.core.sequence import SequenceGroup, SequenceStatus
 
 __all__ = ["Executor", "ServingLoop", "ServingResult"]
 
@@ -67,6 +67,14 @@ class ServingResult:
             if recorded.
         batched_requests_sum: sum over iterations of the scheduled groups, for the average batch.
         num_preemptions: preemptions (recomputation or swap), total.
+        num_prefill_iterations: the prefill iterations among ``num_iterations``.
+        prefill_batched_requests_sum: the part of ``batched_requests_sum`` from prefill iterations.
+        prefill_tokens: tokens computed by prefill iterations (tokens).
+        recomputed_tokens: the part of ``prefill_tokens`` that recomputes sequences preempted after
+            they had generated (§4.5 recomputation: prompt + generated tokens again).
+        busy_seconds: executor time spent running iterations (idle waits left out; seconds).
+        batched_requests_seconds: sum over iterations of scheduled groups × the iteration's
+            seconds, for the time-weighted average batch (request-seconds).
     """
 
     groups: list[SequenceGroup]
@@ -75,11 +83,28 @@ class ServingResult:
     memory: MemoryStats = field(default_factory=MemoryStats)
     batched_requests_sum: int = 0
     num_preemptions: int = 0
+    num_prefill_iterations: int = 0
+    prefill_batched_requests_sum: int = 0
+    prefill_tokens: int = 0
+    recomputed_tokens: int = 0
+    busy_seconds: float = 0.0
+    batched_requests_seconds: float = 0.0
 
     @property
     def avg_batched_requests(self) -> float:
-        """Mean number of requests in an iteration's batch (requests)."""
+        """Mean number of requests in an iteration's batch, prefill iterations included (requests)."""
         return self.batched_requests_sum / self.num_iterations if self.num_iterations else 0.0
+
+    @property
+    def avg_decode_batched_requests(self) -> float:
+        """Mean number of requests in a decode iteration's batch, prefill iterations left out (requests)."""
+        n = self.num_iterations - self.num_prefill_iterations
+        return (self.batched_requests_sum - self.prefill_batched_requests_sum) / n if n else 0.0
+
+    @property
+    def time_avg_batched_requests(self) -> float:
+        """Mean number of requests in the running batch per second of busy time (requests)."""
+        return self.batched_requests_seconds / self.busy_seconds if self.busy_seconds else 0.0
 
 
 class ServingLoop:
@@ -164,7 +189,9 @@ class ServingLoop:
         result = self.result
         memory = result.memory if self.record_memory and scheduler.waiting else None
         k = 0
-        if not outputs.is_prefill:
+        if outputs.is_prefill:
+            self._count_prefill(outputs)
+        else:
             k = executor.execute_run(scheduler, outputs,
                                      groups[nxt].arrival_time if nxt < num_groups else float("inf"), memory)
         if k:
@@ -176,6 +203,9 @@ class ServingLoop:
             k = 1
         result.num_iterations += k
         result.batched_requests_sum += k * len(scheduled)
+        busy = executor.now - now
+        result.busy_seconds += busy
+        result.batched_requests_seconds += busy * len(scheduled)
         if not any_finished:
             return []
         finished = scheduler.free_finished_seq_groups()
@@ -185,3 +215,16 @@ class ServingLoop:
         if finished and self.on_finish is not None:
             self.on_finish(finished)
         return finished
+
+    def _count_prefill(self, outputs: SchedulerOutputs) -> None:
+        """Add a prefill iteration's requests and tokens (recomputed ones apart) to the result."""
+        result = self.result
+        result.num_prefill_iterations += 1
+        result.prefill_batched_requests_sum += len(outputs.scheduled_seq_groups)
+        running = SequenceStatus.RUNNING
+        for group in outputs.scheduled_seq_groups:
+            for seq in group.seqs:
+                if seq.status is running:
+                    result.prefill_tokens += seq.num_tokens
+                    if seq.num_generated:
+                        result.recomputed_tokens += seq.num_tokens

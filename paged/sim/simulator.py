@@ -61,6 +61,7 @@ def simulate(
     preemption_mode: str = "recompute",
     record_memory: bool = True,
     fast_forward: bool = True,
+    on_finish: Callable[[list[SequenceGroup]], None] | None = None,
 ) -> ServingResult:
     """Serve ``trace`` with the real scheduler over ``kv_manager``; time from ``iteration_time``.
 
@@ -74,6 +75,8 @@ def simulate(
         record_memory: record the KV memory breakdown at each iteration while requests wait.
         fast_forward: apply runs of unchanging decode iterations at once (module docstring);
             used only when ``iteration_time`` has a ``decode_time`` method. Same results.
+        on_finish: called with the groups that finished after each iteration (their
+            ``finished_time`` is the clock); an exception it raises stops the run and propagates.
 
     Returns:
         A :class:`~paged.core.serving_loop.ServingResult`; every request finishes exactly once with exactly its
@@ -97,7 +100,7 @@ def simulate(
                 f"output_len={group.output_len}; both must be ≥ 1"
             )
     loop = ServingLoop(scheduler, SimulatedExecutor(iteration_time, fast_forward=fast_forward), groups,
-                       record_memory=record_memory)
+                       record_memory=record_memory, on_finish=on_finish)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the loop makes no reference cycles; full collections would dominate its time
     try:

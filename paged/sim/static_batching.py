@@ -50,6 +50,7 @@ def simulate_static_batching(trace, cost: CostModel, max_batch_size: int) -> Ser
         b = len(batch)
         longest_prompt = max(g.prompt_len for g in batch)
         longest_output = max(g.output_len for g in batch)
+        start = now
         for g in batch:
             g.first_scheduled_time = now
         now += cost.prefill_time([longest_prompt] * b)
@@ -60,8 +61,13 @@ def simulate_static_batching(trace, cost: CostModel, max_batch_size: int) -> Ser
         for g in batch:
             g.seqs[0].num_generated = g.output_len
             g.finished_time = now
-        result.num_iterations += longest_output
+        result.busy_seconds += now - start
+        result.batched_requests_seconds += (now - start) * b
+        result.num_iterations += longest_output  # one prefill, then longest_output - 1 decodes
         result.batched_requests_sum += b * longest_output
+        result.num_prefill_iterations += 1
+        result.prefill_batched_requests_sum += b
+        result.prefill_tokens += b * longest_prompt
         i = j
     result.duration = now
     return result
