@@ -16,8 +16,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 #: Tiny parameters per notebook: seconds, not minutes.
 TINY = {
     "01_fragmentation": {"num_requests": 80, "block_sizes": [8, 16], "kv_cache_gib": 2.0},
-    "03_throughput": {"num_requests": 60, "sharegpt_rates": [1.0, 4.0], "alpaca_rates": [10.0],
-                      "chat_rates": [1.0], "block_sizes": [8, 16], "sustained_max_rate": 4.0, "workers": 1},
+    "03_throughput": {"models": ["opt-13b"], "traces": ["sharegpt"], "curve_fractions": [0.5], "thresholds": [0.2],
+                      "duration_scale": {"sharegpt": 0.02, "alpaca": 0.02, "sharegpt-chat": 0.02},
+                      "cpu_scales": [2.0], "saturated_requests": 200, "block_sizes": [8, 16], "workers": 1},
     "04_kernel": {"device": "cpu", "context_lens": [16, 64], "batch_sizes": [2], "num_heads": 8,
                   "num_kv_heads": 8, "head_size": 64, "repeats": 1},
     "05_engine": {"num_requests": 6, "kv_cache_tokens": 2048, "sharing_num_requests": 2,
