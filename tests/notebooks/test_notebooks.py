@@ -21,8 +21,9 @@ TINY = {
                       "cpu_scales": [2.0], "saturated_requests": 200, "block_sizes": [8, 16], "workers": 1},
     "04_kernel": {"device": "cpu", "context_lens": [16, 64], "batch_sizes": [2], "num_heads": 8,
                   "num_kv_heads": 8, "head_size": 64, "repeats": 1},
-    "05_engine": {"num_requests": 6, "kv_cache_tokens": 2048, "sharing_num_requests": 2,
-                  "sharing_max_tokens": 4, "widths": [2], "profile_batch_sizes": [1, 2]},
+    "05_engine": {"num_requests": 6, "kv_cache_tokens": 2048, "rounds": 1, "validation_requests": 6,
+                  "validation_fractions": [0.5], "sharing_num_requests": 2, "sharing_max_tokens": 4, "widths": [2],
+                  "profile_batch_sizes": [1, 2]},
 }
 
 
