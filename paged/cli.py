@@ -102,8 +102,8 @@ def _simulate(args: argparse.Namespace) -> int:
     from paged.experiments.serving import simulate_point
 
     result = simulate_point(model=args.model, trace=args.trace, system=args.system, rate=args.rate,
-                            num_requests=args.num_requests, seed=args.seed, block_size=args.block_size,
-                            preemption=args.preemption)
+                            num_requests=None if args.paper_length else args.num_requests, seed=args.seed,
+                            block_size=args.block_size, preemption=args.preemption)
     if args.json:
         print(_json(result))
     else:
@@ -141,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--system", default="paged", choices=SYSTEMS, help="serving system")
     sim.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s; inf: all at t=0)")
     sim.add_argument("--num-requests", type=positive_int, default=1000, help="requests sampled")
+    sim.add_argument("--paper-length", action="store_true",
+                     help="serve the paper's trace length instead (1 h of arrivals, 15 min for OPT-175B)")
     sim.add_argument("--seed", type=seed_int, default=0, help="sampling and arrival seed")
     sim.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (paged)")
     sim.add_argument("--preemption", default="recompute", choices=("recompute", "swap"), help="paged preemption")
