@@ -23,7 +23,8 @@ from paged.experiments.paper import FIG12_ALPACA_RATIOS, FIG12_SUSTAINED_RATIOS,
 from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, THRESHOLDS, sustained_rate, sweep
 from paged.systems import get_system
 
-__all__ = ["workload", "capacity", "ratio_table", "sensitivity", "batched_requests", "BATCH_COUNTS"]
+__all__ = ["workload", "capacity", "ratio_table", "sensitivity", "peak_sensitivity", "batched_requests",
+           "BATCH_COUNTS"]
 
 #: Fig. 13's average batch, three ways (the paper does not say which it counts): per iteration with
 #: the prefill iterations, per decode iteration, and per second of busy time.
@@ -136,15 +137,31 @@ def sensitivity(base: pd.DataFrame, *, scales=(0.0, 2.0), threshold: float = LAT
     """
     base = base[base["threshold"] == threshold]
     out = [base]
-    for scale in scales:
-        for (model, trace), part in base.groupby(["model", "trace"], sort=False):
-            iteration = [s for s in part["system"] if get_system(s).has_kv_cache_manager]
-            fixed = part[~part["system"].isin(iteration)].assign(cpu_scale=scale)
-            found = sustained_rate(iteration, model=model, trace=trace, thresholds=(threshold,), cpu_scale=scale,
-                                   workers=workers, **_per_trace(kwargs, trace))
-            found = found.drop(columns=[c for c in found.columns if c not in base.columns])
-            out += [found, fixed]
+    for (model, trace), part in base.groupby(["model", "trace"], sort=False):
+        iteration = [s for s in part["system"] if get_system(s).has_kv_cache_manager]
+        found = sustained_rate(iteration, model=model, trace=trace, thresholds=(threshold,), cpu_scale=list(scales),
+                               workers=workers, **_per_trace(kwargs, trace))
+        out.append(found.drop(columns=[c for c in found.columns if c not in base.columns]))
+        out += [part[~part["system"].isin(iteration)].assign(cpu_scale=scale) for scale in scales]
     return pd.concat(out, ignore_index=True)
+
+
+def peak_sensitivity(traces, systems, *, model: str = "opt-13b", scales=(0.0, 1.0, 2.0),
+                     saturated_requests: int = SATURATED_REQUESTS, workers: int = 2, **settings) -> pd.DataFrame:
+    """Paged's saturated throughput ÷ each baseline's at each host-cost scale (cheap: one run each).
+
+    Returns:
+        One row per (trace, cpu_scale, baseline): ``peak ÷`` and both peaks (req/s).
+    """
+    peaks = sweep([dict(model=model, trace=t, system=s, rate=math.inf, num_requests=saturated_requests, cpu_scale=c,
+                        **settings) for t in traces for s in systems for c in scales],
+                  workers=workers, desc="peak throughput × host costs")
+    rows = []
+    for (trace, scale), part in peaks.groupby(["trace", "cpu_scale"], sort=False):
+        peak = part.set_index("system")["throughput_rps"]
+        rows += [{"trace": trace, "cpu_scale": scale, "baseline": get_system(s).label, "peak ÷": peak["paged"] / peak[s],
+                  "paged peak": peak["paged"], "baseline peak": peak[s]} for s in peak.index if s != "paged"]
+    return pd.DataFrame(rows)
 
 
 def batched_requests(loads: dict, systems, *, model: str = "opt-13b", scales=(1.0,), workers: int = 2,

@@ -10,8 +10,9 @@ grown, so a rate above its own peak throughput can look sustained. Here:
   the seed, so a longer run or another rate extends or rescales the same requests: latency vs rate
   is a smooth curve, and the bisection of :mod:`paged.experiments.serving` compares like with like.
 * :func:`convergence`: a run has converged when the mean normalized latency of the requests that
-  arrived in its first half is within :data:`CONVERGENCE_TOL` of the mean over all of them (the
-  running mean no longer moves). A run that has not converged is doubled, up to
+  arrived in its first half is within :data:`CONVERGENCE_TOL` (relative) or
+  :data:`CONVERGENCE_ABS_S` (absolute, s/token) of the mean over all of them, whichever is larger
+  (the running mean no longer moves by an amount that matters against the thresholds). A run that has not converged is doubled, up to
   :data:`MAX_DURATION_FACTOR` × the paper's length, unless it is already above every threshold and
   still rising (overloaded: a longer run only raises it further).
 * :class:`LatencyBound`: a lower bound on a run's final mean normalized latency while it runs
@@ -29,13 +30,16 @@ import numpy as np
 from paged.workloads import get_trace
 from paged.workloads.trace import Trace
 
-__all__ = ["PAPER_DURATION_S", "CONVERGENCE_TOL", "MAX_DURATION_FACTOR", "paper_duration", "long_trace",
+__all__ = ["PAPER_DURATION_S", "CONVERGENCE_TOL", "CONVERGENCE_ABS_S", "MAX_DURATION_FACTOR", "paper_duration", "long_trace",
            "convergence", "LatencyBound", "LatencyCapExceeded"]
 
 #: The paper's trace length (§6.1): 1 hour of arrivals; 15 minutes for OPT-175B.
 PAPER_DURATION_S = {"default": 3600.0, "opt-175b": 900.0}
 #: Relative tolerance of the convergence check (module docstring): 10%.
 CONVERGENCE_TOL = 0.10
+#: Absolute tolerance of the convergence check (s/token): a tenth of the smallest threshold
+#: (:data:`paged.experiments.serving.THRESHOLDS`), so a move below it cannot flip a decision by much.
+CONVERGENCE_ABS_S = 0.01
 #: A run that has not converged is doubled, up to this many times the paper's length (one doubling:
 #: a point near the knee costs 1 + 2 paper lengths of simulation).
 MAX_DURATION_FACTOR = 2

@@ -46,8 +46,8 @@ import pandas as pd
 from paged.core.metrics import request_metrics
 from paged.core.scheduler import PREEMPTION_MODES
 from paged.core.serving_loop import ServingResult
-from paged.experiments.run_length import (CONVERGENCE_TOL, MAX_DURATION_FACTOR, LatencyBound, LatencyCapExceeded,
-                                          convergence, long_trace, paper_duration)
+from paged.experiments.run_length import (CONVERGENCE_ABS_S, CONVERGENCE_TOL, MAX_DURATION_FACTOR, LatencyBound,
+                                          LatencyCapExceeded, convergence, long_trace, paper_duration)
 from paged.sim.cost_model import CostModel, get_cost_model
 from paged.sim.simulator import groups_from_trace, simulate
 from paged.sim.static_batching import simulate_static_batching
@@ -190,7 +190,7 @@ def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str 
             requests = long_trace(trace, rate, duration, seed)
             out, early = _served(requests, system, cost, block_size, preemption, latency_cap)
             first, mean = out["first_half_latency"], out["normalized_latency"]
-            converged = not early and abs(mean - first) <= CONVERGENCE_TOL * mean
+            converged = not early and abs(mean - first) <= max(CONVERGENCE_TOL * mean, CONVERGENCE_ABS_S)
             overloaded = early or (mean > extend_below and mean >= first)  # longer only raises it
             if converged or overloaded or duration >= floor * MAX_DURATION_FACTOR:
                 break
@@ -275,7 +275,7 @@ def _sustained(system, settings, thresholds, rel_tol, lo, known, saturated_reque
 
 def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | list[str] = "sharegpt",
                    thresholds=THRESHOLDS, lo: float = 1e-3, rel_tol: float = 0.03, seed: int = 0,
-                   block_size: int = 16, preemption: str = "recompute", cpu_scale: float = 1.0,
+                   block_size: int = 16, preemption: str = "recompute", cpu_scale: float | list = 1.0,
                    min_duration: float | None = None, duration_scale: float = 1.0, workers: int = 2,
                    known: pd.DataFrame | None = None, return_points: bool = False,
                    saturated_requests: int = SATURATED_REQUESTS):
@@ -292,6 +292,7 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
 
     Args:
         systems: names from :data:`SYSTEMS`.
+        model, trace, cpu_scale: one value or a list each; every combination is searched.
         lo: give up below this rate (requests/s): the sustained rate is then 0.
         min_duration, duration_scale: seconds of arrivals per point, or (None) ``duration_scale``
             × the paper's trace length of each model (:func:`simulate_point`).
@@ -321,11 +322,12 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
         raise ValueError(f"thresholds must be positive s/token values, got {thresholds}")
     models = [model] if isinstance(model, str) else list(model)
     traces = [trace] if isinstance(trace, str) else list(trace)
+    scales = list(cpu_scale) if isinstance(cpu_scale, (list, tuple)) else [cpu_scale]
     jobs = []
-    for m, t, s in product(models, traces, systems):
+    for m, t, scale, s in product(models, traces, scales, systems):
         floor = paper_duration(m) * duration_scale if min_duration is None else float(min_duration)
         settings = dict(model=get_cost_model(m).model.name, trace=str(t), seed=seed, block_size=block_size,
-                        preemption=preemption, cpu_scale=cpu_scale, min_duration=floor)
+                        preemption=preemption, cpu_scale=scale, min_duration=floor)
         jobs.append(dict(system=s, settings=settings, thresholds=thresholds, rel_tol=rel_tol, lo=lo, known=known,
                          saturated_requests=saturated_requests))
     results = _parallel(_sustained, jobs, workers, "sustained rate")

@@ -22,7 +22,7 @@ from paged.experiments.capacity import BATCH_COUNTS, workload
 from paged.experiments.paper import FIG12_RATE_AXES, FIG13_BATCHED_REQUESTS
 from paged.experiments.plotting import SYSTEM_COLORS
 from paged.experiments.serving import LATENCY_THRESHOLD, SYSTEMS, WALL_TIME_COLUMNS
-from paged.sim.cost_model import get_cost_model
+from paged.sim.cost_model import PRESETS, get_cost_model
 
 __all__ = ["figure_data", "plot_latency_vs_rate", "plot_sensitivity", "plot_batched_requests", "plot_vs_block_size",
            "swap_recompute_table", "plot_swap_recompute", "kv_footprint", "paper_comparison"]
@@ -73,8 +73,9 @@ def plot_latency_vs_rate(points: pd.DataFrame, *, log: bool = False, ylim: tuple
     if len(finite) == 0:
         raise ValueError("no rows to plot")
     axes_ranges = FIG12_RATE_AXES if paper_axes is None else paper_axes
-    traces = list(dict.fromkeys(finite["trace"]))
-    models = list(dict.fromkeys(finite["model"]))
+    kinds = ("sharegpt", "alpaca", "chatbot")
+    traces = sorted(dict.fromkeys(finite["trace"]), key=lambda t: kinds.index(workload(t)))
+    models = sorted(dict.fromkeys(finite["model"]), key=lambda m: PRESETS.index(m) if m in PRESETS else len(PRESETS))
     order = _system_order(finite["system"].unique())
     fig, axes = plt.subplots(len(traces), len(models), figsize=(3.6 * len(models), 2.9 * len(traces)),
                              squeeze=False)
@@ -109,7 +110,7 @@ def plot_latency_vs_rate(points: pd.DataFrame, *, log: bool = False, ylim: tuple
             ax.set_xlabel("request rate (req/s)" if i == len(traces) - 1 else "")
             ax.set_ylabel("normalized latency (s/token)" if j == 0 else "")
     handles = [Line2D([], [], color=SYSTEM_COLORS.get(s, "0.3"), marker="o", markersize=4, label=s) for s in order]
-    handles.append(Line2D([], [], color="0.3", linestyle=":", label="saturated throughput"))
+    handles.append(Line2D([], [], color="0.3", linestyle=":", label="saturated throughput (latency → ∞)"))
     if threshold is not None:
         handles.append(Line2D([], [], color="0.35", linestyle="--", label=f"{threshold:g} s/token"))
     if not log:
