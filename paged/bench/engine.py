@@ -33,9 +33,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=nonnegative_int, default=1,
                         help="torch threads for every system (1: steady on a shared CPU; 0: torch's default)")
     parser.add_argument("--rounds", type=positive_int, default=5, help="interleaved rounds (≥ 5 for a median)")
-    parser.add_argument("--preemption", choices=("recompute", "swap"), default="swap",
-                        help="the paged engine's preemption mode (swap: to a space of --swap-space × the KV budget)")
-    parser.add_argument("--swap-space", type=float, default=0.25, help="swap space, fraction of the KV budget")
+    parser.add_argument("--preemption", choices=("recompute", "swap"), default="recompute",
+                        help="the paged engine's preemption mode (paged-swap always swaps)")
+    parser.add_argument("--swap-space", type=float, default=0.25,
+                        help="swap space of swapping systems, fraction of the KV budget")
     parser.add_argument("--sharing", action="store_true", help="also measure Fig. 15 sharing savings")
     run_command(parser, _report, argv)
 

@@ -4,9 +4,10 @@
 budget under each system, in interleaved rounds, and gives each one's tokens/s, requests/s, batch
 size and peak KV memory as ratios to the paged engine (:func:`ratio_summary`: median and spread):
 
-* ``paged``: :class:`paged.engine.LLM` (paged KV cache), preempting by swapping (default) to a swap
-  space of a quarter of the KV budget, as vLLM keeps CPU swap space beside the GPU cache (§4.5);
-* ``paged-recompute``: the same, preempting by recomputation (the paper's other mode);
+* ``paged``: :class:`paged.engine.LLM` (paged KV cache), preempting by recomputation (vLLM's default
+  for single-sequence requests, §4.5) unless ``preemption="swap"``;
+* ``paged-swap``: the same, preempting by swapping to a swap space of ``swap_space`` × the KV budget
+  (vLLM keeps CPU swap space beside the GPU cache, §4.5; on a CPU a swap is a memory copy);
 * ``orca-max``: the same engine with ``kv_manager="orca-max"`` (one max-length reservation per
   sequence, §6.1), so only memory management differs;
 * ``hf-generate``: ``model.generate`` in static batches as large as the budget allows;
@@ -51,8 +52,8 @@ __all__ = ["DEFAULT_MODEL", "SYSTEMS", "sharegpt_requests", "throughput_comparis
 #: The small model shipped with the package (``data/models/sharegpt-llama-tiny``).
 DEFAULT_MODEL = data_path("models/sharegpt-llama-tiny")
 #: Systems the real engine compares (the registry's engine systems: paged, Orca (Max), HF baselines).
-SYSTEMS = ("paged", "paged-recompute", "orca-max") + tuple(s for s in system_names(executor="engine")
-                                                          if s.startswith("hf-"))
+SYSTEMS = ("paged", "paged-swap", "orca-max") + tuple(s for s in system_names(executor="engine")
+                                                     if s.startswith("hf-"))
 
 
 def sharegpt_requests(num_requests: int, max_model_len: int, vocab_size: int, seed: int = 0,
@@ -91,17 +92,17 @@ def _engine_row(system: str, llm: LLM, prompts, outputs) -> dict:
 def throughput_comparison(model_path=DEFAULT_MODEL, *, num_requests: int = 128, kv_cache_tokens: int = 8192,
                           block_size: int = 16, seed: int = 0, length_scale: float | None = None,
                           systems=SYSTEMS, max_num_seqs: int = 256, num_threads: int | None = None,
-                          rounds: int = 1, preemption: str = "swap", swap_space: float = 0.25) -> pd.DataFrame:
+                          rounds: int = 1, preemption: str = "recompute", swap_space: float = 0.25) -> pd.DataFrame:
     """Serve the same requests under each system with ``kv_cache_tokens`` KV slots, ``rounds`` times.
 
     The systems are built once and warmed up once (4 short requests each, untimed); then every round
     runs each system once, in an order rotated by one each round, so the systems share the machine's
     load alike (interleaved rounds in one process). ``num_threads`` sets ``torch.set_num_threads``
     for the whole comparison (restored afterwards); None keeps torch's setting. ``preemption`` is
-    the paged engine's (§4.5; Orca (Max) never preempts): ``"swap"`` (default) copies a preempted
-    request's blocks to a swap space of ``swap_space`` × the KV budget (vLLM's default 4 GiB per GPU
-    is about a third of the KV cache of the paper's OPT-13B server) and back, and recomputes it only
-    when the swap space is full; on a CPU a swap is a memory copy while a recomputation is a prefill.
+    the paged engine's (§4.5; Orca (Max) never preempts); ``paged-swap`` always swaps: it copies a
+    preempted request's blocks to a swap space of ``swap_space`` × the KV budget (vLLM's default 4 GiB
+    per GPU is about a third of the KV cache of the paper's OPT-13B server) and back, and recomputes
+    it only when the swap space is full.
 
     Columns, one row per (round, system): round, system, seconds, output_tokens, tokens_per_s,
     requests_per_s, max_batch_size, mean_batch_size (measured: the engine's and HF static's per
@@ -158,9 +159,9 @@ def _compare(model_path, num_requests, kv_cache_tokens, block_size, seed, length
     warm_prompts, warm_outputs = prompts[:4], [4] * min(4, len(prompts))  # untimed, the same for every system
     bytes_per_slot = paged.bytes_per_slot
     engines = {"paged": paged}
-    if "paged-recompute" in systems:
-        engines["paged-recompute"] = LLM(model, tokenizer=paged.tokenizer, block_size=block_size, num_gpu_blocks=blocks,
-                                         max_num_seqs=max_num_seqs, preemption="recompute")
+    if "paged-swap" in systems:
+        engines["paged-swap"] = LLM(model, tokenizer=paged.tokenizer, block_size=block_size, num_gpu_blocks=blocks,
+                                    max_num_seqs=max_num_seqs, preemption="swap", num_cpu_blocks=int(swap_space * blocks))
     if "orca-max" in systems:
         engines["orca-max"] = LLM(model, tokenizer=paged.tokenizer, block_size=block_size,
                                   num_gpu_blocks=kv_cache_tokens // block_size, kv_manager="orca-max",
@@ -372,10 +373,10 @@ def summary_text(df: pd.DataFrame, cost: pd.DataFrame) -> str:
         lo, hi = step.index.min(), step.index.max()
         lines.append(f"* A decode step at batch {hi} costs {step[hi] / step[lo]:.1f}× one at batch {lo} "
                      f"({hi / lo:.0f}× the batch): on this CPU the batch is not free.")
-    if "paged-recompute" in med.index:
-        lines.append(f"* Preempting by recomputation, {med.loc['paged-recompute', 'recomputed_share']:.0%} of the paged "
-                     f"engine's prefill tokens recompute preempted requests "
-                     f"({med.loc['paged-recompute', 'num_preemptions']:.0f} preemptions); with "
-                     f"{df['preemption'].iloc[0]} preemption (paged), {med.loc['paged', 'recomputed_share']:.0%}.")
+    if "paged-swap" in med.index:
+        lines.append(f"* paged ({df['preemption'].iloc[0]} preemption): {med.loc['paged', 'recomputed_share']:.0%} of its "
+                     f"prefill tokens recompute preempted requests ({med.loc['paged', 'num_preemptions']:.0f} "
+                     f"preemptions); paged-swap: {med.loc['paged-swap', 'recomputed_share']:.0%} (it recomputes "
+                     f"only when its swap space is full).")
     lines.append(f"* Load average during the runs: {df['load_1min'].min():.1f}–{df['load_1min'].max():.1f}.")
     return "\n".join(lines)

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from paged.contiguous import BuddyAllocator, reservation_size
 from paged.experiments.capacity import BATCH_COUNTS, workload
@@ -99,7 +99,9 @@ def plot_latency_vs_rate(points: pd.DataFrame, *, log: bool = False, ylim: tuple
             if log:
                 ax.set_xscale("log")
                 ax.set_yscale("log")
-                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+                for axis in (ax.xaxis, ax.yaxis):
+                    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+                    axis.set_minor_formatter(NullFormatter())
             else:
                 rates = panel.loc[np.isfinite(panel["rate"]), "rate"]
                 right = max([paper[1] if paper else 0.0, *(1.1 * peaks.to_numpy()), *rates.to_numpy()])

@@ -149,8 +149,11 @@ def validate(model_path=DEFAULT_MODEL, *, num_requests: int = 64, rate_fractions
     Returns:
         ``(table, profile, cost)``: one row per rate (``rate`` req/s, ``inf`` first) with measured
         and predicted ``throughput_rps`` and ``normalized_latency`` and their ratios
-        (``*_ratio`` = prediction ÷ measurement), the machine's 1-minute load average; the profile;
-        the fitted :class:`~paged.sim.linear_cost.LinearCostModel`.
+        (``*_ratio`` = prediction ÷ measurement), preemptions and mean decode batches of both,
+        ``engine_step_vs_model`` (median over the engine's iterations in that run of its measured
+        step time ÷ the fitted model's: above 1 when the engine steps slower while serving than
+        while profiled), the machine's 1-minute load average; the profile; the fitted
+        :class:`~paged.sim.linear_cost.LinearCostModel`.
 
     Raises:
         ValueError: bad sizes or fractions.
@@ -168,7 +171,7 @@ def validate(model_path=DEFAULT_MODEL, *, num_requests: int = 64, rate_fractions
         for fraction in (math.inf, *rate_fractions):
             rate = math.inf if math.isinf(fraction) else fraction * saturated
             times = [0.0] * num_requests if math.isinf(rate) else poisson_arrivals(num_requests, rate, seed).tolist()
-            _run(llm, prompts, outputs, times)
+            steps = pd.DataFrame(_run(llm, prompts, outputs, times))
             engine = llm.last_result
             measured = _metrics(engine.groups, engine.duration)
             if math.isinf(rate):
@@ -187,6 +190,7 @@ def validate(model_path=DEFAULT_MODEL, *, num_requests: int = 64, rate_fractions
                          "measured_preemptions": engine.num_preemptions, "predicted_preemptions": sim.num_preemptions,
                          "measured_decode_batch": engine.avg_decode_batched_requests,
                          "predicted_decode_batch": sim.avg_decode_batched_requests,
+                         "engine_step_vs_model": float(np.median(1.0 / (1.0 + cost.relative_errors(steps)))),
                          "load_1min": os.getloadavg()[0]})
     return pd.DataFrame(rows), profile, cost
 
@@ -238,7 +242,9 @@ def summary_text(table: pd.DataFrame, cost: LinearCostModel) -> str:
         ok = all(abs(r[c] - 1) <= TARGET for c in ("throughput_ratio", "latency_ratio"))
         inside += ok
         lines.append(f"* {where}: predicted ÷ measured throughput {r['throughput_ratio']:.2f}, normalized latency "
-                     f"{r['latency_ratio']:.2f} ({'within' if ok else 'outside'} ±{TARGET:.0%}; load "
-                     f"{r['load_1min']:.1f}).")
+                     f"{r['latency_ratio']:.2f} ({'within' if ok else 'outside'} ±{TARGET:.0%}); the engine's own steps "
+                     f"took {r['engine_step_vs_model']:.2f}× the fitted model's time; decode batch "
+                     f"{r['measured_decode_batch']:.1f} measured, {r['predicted_decode_batch']:.1f} predicted; load "
+                     f"{r['load_1min']:.1f}.")
     lines.append(f"* {inside} of {len(table)} runs within ±{TARGET:.0%} on both measures.")
     return "\n".join(lines)

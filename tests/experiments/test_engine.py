@@ -29,11 +29,11 @@ def test_ratio_summary_by_hand():
 
 @pytest.mark.slow
 def test_interleaved_rounds_rotate_the_order_and_pair_the_ratios():
-    df = engine.throughput_comparison(num_requests=6, kv_cache_tokens=1024, systems=["paged", "paged-recompute",
+    df = engine.throughput_comparison(num_requests=6, kv_cache_tokens=1024, systems=["paged", "paged-swap",
                                       "orca-max"], rounds=2, num_threads=1)
     assert list(df["round"]) == [0, 0, 0, 1, 1, 1] and (df["load_1min"] >= 0).all()
     assert (df.loc[df["system"] == "paged", "tokens_per_s_ratio"] == 1.0).all()
-    assert set(df["preemption"]) == {"swap"} and (df["output_tokens"] == df["output_tokens"].iloc[0]).all()
+    assert set(df["preemption"]) == {"recompute"} and (df["output_tokens"] == df["output_tokens"].iloc[0]).all()
     text = engine.summary_text(df, pd.DataFrame({"batch_size": [1, 8], "step_seconds": [0.01, 0.02]}))
     assert "paged ÷ orca-max" in text and "2 rounds" in text and "batch 8 costs 2.0×" in text
     with pytest.raises(ValueError, match="rounds"):
