@@ -122,12 +122,16 @@ def _simulate(args: argparse.Namespace) -> int:
 
     if args.n > 1 and args.beam_width > 1:
         raise ValueError("--n and --beam-width cannot both be above 1 (parallel sampling or beam search)")
+    if args.paper_length:
+        num_requests = None  # simulate_point's paper-length run
+    elif args.num_requests is None:  # "all": every request of the trace, sampled in its order
+        num_requests = len(get_trace(args.trace, None, seed=args.seed, tokenizer=args.tokenizer))
+    else:
+        num_requests = args.num_requests
     result = simulate_point(model=args.model, trace=args.trace, system=args.system, rate=args.rate,
-                            num_requests=args.num_requests, seed=args.seed, block_size=args.block_size,
+                            num_requests=num_requests, seed=args.seed, block_size=args.block_size,
                             preemption=args.preemption, n=args.n, beam_width=args.beam_width,
-                            prefix_caching=args.prefix_caching, record_sharing=True)
-    if args.num_requests is None:  # "all": report how many that was
-        result["num_requests"] = len(get_trace(args.trace, None, seed=args.seed))
+                            prefix_caching=args.prefix_caching, record_sharing=True, tokenizer=args.tokenizer)
     if args.json:
         print(_json(result))
     else:
@@ -223,6 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s; inf: all at t=0)")
     sim.add_argument("--num-requests", type=count_or_all, default=1000,
                      help="requests sampled, or 'all' (every request of the trace; alpaca: 1000)")
+    sim.add_argument("--paper-length", action="store_true",
+                     help="serve the paper's trace length instead of --num-requests (1 h of arrivals at "
+                          "--rate, 15 min for OPT-175B, doubled if not converged; with --rate inf: the "
+                          "5,000-request saturated-throughput run)")
+    sim.add_argument("--tokenizer", default="gpt2", choices=("gpt2", "opt", "cl100k"),
+                     help="tokenizer the trace's lengths were counted with (gpt2 = OPT's BPE, the paper's)")
     sim.add_argument("--seed", type=seed_int, default=0, help="sampling and arrival seed")
     sim.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (paged)")
     sim.add_argument("--preemption", default="recompute", choices=("recompute", "swap"), help="paged preemption")

@@ -128,11 +128,17 @@ class SequenceGroup:
         return [seq for seq in self.seqs if seq.status is status]
 
     def num_seqs(self, status: SequenceStatus | None = None) -> int:
-        """How many sequences (with ``status``, if given) the group has."""
+        """How many sequences (with ``status``, if given) the group has. O(1) for one sequence."""
+        seqs = self.seqs
         if status is None:
-            return len(self.seqs)
-        return sum(1 for seq in self.seqs if seq.status is status)
+            return len(seqs)
+        if len(seqs) == 1:  # the common case (one sample), called for every group every iteration
+            return 1 if seqs[0].status is status else 0
+        return sum(1 for seq in seqs if seq.status is status)
 
     def is_finished(self) -> bool:
-        """True once every sequence of the group has finished."""
-        return all(seq.status is SequenceStatus.FINISHED for seq in self.seqs)
+        """True once every sequence of the group has finished. O(1) for one sequence."""
+        seqs = self.seqs
+        if len(seqs) == 1:
+            return seqs[0].status is SequenceStatus.FINISHED
+        return all(seq.status is SequenceStatus.FINISHED for seq in seqs)

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from paged.core.metrics import MemoryStats, SharingStats
 from paged.core.scheduler import Scheduler, SchedulerOutputs
-from paged.core.sequence import SequenceGroup
+from paged.core.sequence import SequenceGroup, SequenceStatus
 
 __all__ = ["Executor", "ServingLoop", "ServingResult"]
 
@@ -69,6 +69,14 @@ class ServingResult:
         num_preemptions: preemptions (recomputation or swap), total.
         sharing: KV blocks with and without sharing at every iteration
             (:class:`~paged.core.metrics.SharingStats`), if recorded.
+        num_prefill_iterations: the prefill iterations among ``num_iterations``.
+        prefill_batched_requests_sum: the part of ``batched_requests_sum`` from prefill iterations.
+        prefill_tokens: tokens computed by prefill iterations (tokens).
+        recomputed_tokens: the part of ``prefill_tokens`` that recomputes sequences preempted after
+            they had generated (§4.5 recomputation: prompt + generated tokens again).
+        busy_seconds: executor time spent running iterations (idle waits left out; seconds).
+        batched_requests_seconds: sum over iterations of scheduled groups × the iteration's
+            seconds, for the time-weighted average batch (request-seconds).
     """
 
     groups: list[SequenceGroup]
@@ -78,11 +86,28 @@ class ServingResult:
     batched_requests_sum: int = 0
     num_preemptions: int = 0
     sharing: SharingStats = field(default_factory=SharingStats)
+    num_prefill_iterations: int = 0
+    prefill_batched_requests_sum: int = 0
+    prefill_tokens: int = 0
+    recomputed_tokens: int = 0
+    busy_seconds: float = 0.0
+    batched_requests_seconds: float = 0.0
 
     @property
     def avg_batched_requests(self) -> float:
-        """Mean number of requests in an iteration's batch (requests)."""
+        """Mean number of requests in an iteration's batch, prefill iterations included (requests)."""
         return self.batched_requests_sum / self.num_iterations if self.num_iterations else 0.0
+
+    @property
+    def avg_decode_batched_requests(self) -> float:
+        """Mean number of requests in a decode iteration's batch, prefill iterations left out (requests)."""
+        n = self.num_iterations - self.num_prefill_iterations
+        return (self.batched_requests_sum - self.prefill_batched_requests_sum) / n if n else 0.0
+
+    @property
+    def time_avg_batched_requests(self) -> float:
+        """Mean number of requests in the running batch per second of busy time (requests)."""
+        return self.batched_requests_seconds / self.busy_seconds if self.busy_seconds else 0.0
 
 
 class ServingLoop:
@@ -170,6 +195,8 @@ class ServingLoop:
         result = self.result
         memory = result.memory if self.record_memory and scheduler.waiting else None
         k = 0
+        if outputs.is_prefill:
+            self._count_prefill(outputs)
         if self.record_sharing:
             result.sharing.add(*scheduler.kv_manager.sharing_counts())
         elif not outputs.is_prefill:
@@ -184,6 +211,9 @@ class ServingLoop:
             k = 1
         result.num_iterations += k
         result.batched_requests_sum += k * len(scheduled)
+        busy = executor.now - now
+        result.busy_seconds += busy
+        result.batched_requests_seconds += busy * len(scheduled)
         if not any_finished:
             return []
         finished = scheduler.free_finished_seq_groups()
@@ -193,3 +223,19 @@ class ServingLoop:
         if finished and self.on_finish is not None:
             self.on_finish(finished)
         return finished
+
+    def _count_prefill(self, outputs: SchedulerOutputs) -> None:
+        """Add a prefill iteration's requests and tokens (recomputed ones apart) to the result."""
+        result = self.result
+        result.num_prefill_iterations += 1
+        result.prefill_batched_requests_sum += len(outputs.scheduled_seq_groups)
+        if outputs.prefill_seqs:  # what the scheduler planned: a shared prompt once, cached tokens not at all
+            computed = [(seq, seq.num_tokens - start) for seq, start in outputs.prefill_seqs if start < seq.num_tokens]
+        else:
+            running = SequenceStatus.RUNNING
+            computed = [(seq, seq.num_tokens) for group in outputs.scheduled_seq_groups
+                        for seq in group.seqs if seq.status is running]
+        for seq, tokens in computed:
+            result.prefill_tokens += tokens
+            if seq.num_generated:
+                result.recomputed_tokens += tokens

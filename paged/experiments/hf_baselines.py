@@ -9,7 +9,7 @@
   slots).
 
 Each returns a :class:`BaselineResult` with wall time, useful tokens (each request's own output
-length), batch sizes and peak KV slots.
+length), measured batch sizes and peak KV slots.
 """
 
 from __future__ import annotations
@@ -29,8 +29,13 @@ class BaselineResult:
     Attributes:
         seconds: wall time (seconds).
         output_tokens: tokens the requests asked for (tokens; padding and over-generation excluded).
-        max_batch_size, mean_batch_size: sequences per batch (static) or the cache's limit (CB).
-        peak_kv_slots: most KV slots allocated at once (tokens).
+        max_batch_size: most requests in one batch (static) or one forward (continuous batching).
+        mean_batch_size: mean sequences per decode step (static: each batch weighted by the steps
+            it runs, padding rows included), or (continuous batching) mean decoding requests per
+            forward that decodes: the counterpart of the engine's mean decode batch.
+        peak_kv_slots: most KV slots allocated at once (tokens); continuous batching: its whole cache.
+        mean_forward_requests: continuous batching: mean requests per forward (prefill chunks
+            included); static: the mean over batches.
     """
 
     seconds: float
@@ -38,6 +43,7 @@ class BaselineResult:
     max_batch_size: int
     mean_batch_size: float
     peak_kv_slots: int
+    mean_forward_requests: float = float("nan")
 
 
 @torch.inference_mode()
@@ -81,7 +87,29 @@ def run_hf_static(model, prompts: list[list[int]], output_lens: list[int], kv_sl
         model.generation_config.eos_token_id = eos
     seconds = time.perf_counter() - start
     sizes = [len(b) for b in batches]
-    return BaselineResult(seconds, sum(output_lens), max(sizes), sum(sizes) / len(sizes), peak)
+    steps = [max(output_lens[j] for j in b) for b in batches]  # decode steps each batch runs
+    per_step = sum(n * k for n, k in zip(sizes, steps)) / sum(steps)
+    return BaselineResult(seconds, sum(output_lens), max(sizes), per_step, peak, sum(sizes) / len(sizes))
+
+
+class _ForwardBatches:
+    """Counts the requests in every forward of transformers' continuous batching (a forward pre-hook).
+
+    Its packed forward receives ``cu_seq_lens_q`` (cumulative query lengths, one entry per request
+    plus a leading 0): requests = ``len - 1``; those with one query token are decoding.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[int] = []
+        self.decoding: list[int] = []
+
+    def __call__(self, module, args, kwargs) -> None:
+        cu = kwargs.get("cu_seq_lens_q")
+        if cu is None:
+            return
+        lens = (cu[1:] - cu[:-1]).tolist()
+        self.requests.append(len(lens))
+        self.decoding.append(sum(1 for n in lens if n == 1))
 
 
 @torch.inference_mode()
@@ -91,7 +119,9 @@ def run_hf_generate_batch(model, prompts: list[list[int]], output_lens: list[int
 
     Requests go through ``continuous_batching_context_manager`` with ``add_request(max_new_tokens=...)``,
     so each stops at its own output length (``generate_batch`` itself takes one ``max_new_tokens`` for
-    all). The batch limit reported is the cache's: ``kv_slots`` over the mean request length.
+    all). The timed region ends when the last result arrives; the manager's teardown (stopping and
+    joining its thread) is outside it. Batch sizes are measured: requests per forward, counted by a
+    forward pre-hook (:class:`_ForwardBatches`); a forward mixes prefill chunks and decodes.
     """
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -101,10 +131,12 @@ def run_hf_generate_batch(model, prompts: list[list[int]], output_lens: list[int
                                   max_batch_tokens=max_batch_tokens, allow_block_sharing=False)
     attn = model.config._attn_implementation
     generated = 0
-    start = time.perf_counter()
+    batches = _ForwardBatches()
+    hook = model.register_forward_pre_hook(batches, with_kwargs=True)
     try:
         with model.continuous_batching_context_manager(generation_config=config, continuous_batching_config=cb,
                                                        warmup=False) as manager:
+            start = time.perf_counter()
             ids = [manager.add_request(p, max_new_tokens=n) for p, n in zip(prompts, output_lens)]
             pending = set(ids)
             while pending:
@@ -116,10 +148,12 @@ def run_hf_generate_batch(model, prompts: list[list[int]], output_lens: list[int
                 if result.is_finished() and result.request_id in pending:
                     pending.discard(result.request_id)
                     generated += len(result.generated_tokens)
+            seconds = time.perf_counter() - start  # teardown (leaving the context) is not timed
     finally:
+        hook.remove()
         if model.config._attn_implementation != attn:
             model.set_attn_implementation(attn)
-    seconds = time.perf_counter() - start
-    useful = sum(output_lens)
-    limit = kv_slots / (sum(len(p) for p in prompts) / len(prompts) + sum(output_lens) / len(output_lens))
-    return BaselineResult(seconds, generated or useful, int(limit), float(limit), kv_slots)
+    sizes = batches.requests or [0]
+    decoding = [d for d in batches.decoding if d] or [0]
+    return BaselineResult(seconds, generated or sum(output_lens), max(sizes), sum(decoding) / len(decoding),
+                          kv_slots, mean_forward_requests=sum(sizes) / len(sizes))

@@ -27,7 +27,7 @@ import statistics
 
 import pandas as pd
 
-from paged.experiments.serving import sustained_rate, sweep
+from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, sustained_rate, sweep
 from paged.workloads.named import NAMED_TRACES
 
 __all__ = ["FIG14_SYSTEMS", "FIG14_SETTINGS", "FIG16_TRACES", "FIG16_SYSTEMS", "group_options", "sustained_rates",
@@ -60,18 +60,23 @@ def group_options(decoding: str, width: int) -> dict:
 
 
 def sustained_rates(settings=FIG14_SETTINGS, systems=FIG14_SYSTEMS, *, model: str = "opt-13b",
-                    trace: str = "alpaca", num_requests: int = 1000, seed: int = 0, lo: float = 0.1,
-                    hi: float = 60.0, rel_tol: float = 0.03, workers: int = 2, block_size: int = 16) -> pd.DataFrame:
+                    trace: str = "alpaca-bare", num_requests: int = 1000, seed: int = 0, lo: float = 0.1,
+                    rel_tol: float = 0.03, workers: int = 2, block_size: int = 16,
+                    threshold: float = LATENCY_THRESHOLD,
+                    saturated_requests: int = SATURATED_REQUESTS) -> pd.DataFrame:
     """Each system's sustained rate (req/s, :func:`paged.experiments.serving.sustained_rate`) in every
-    setting; columns ``decoding``, ``width``, ``system``, ``sustained_rate``, ``censored_at_max``."""
+    setting, by bisection on ``[0, saturated throughput]`` with ``num_requests``-request runs (the
+    throughput from one run of ``saturated_requests`` arriving at once); columns ``decoding``, ``width``, ``system``, ``sustained_rate``,
+    ``throughput_rps``, ``at_throughput``, ``threshold``."""
     frames = []
     for decoding, width in settings:
-        df = sustained_rate(systems, model=model, trace=trace, lo=lo, hi=hi, num_requests=num_requests, seed=seed,
-                            rel_tol=rel_tol, workers=workers, block_size=block_size,
-                            groups=group_options(decoding, width))
-        frames.append(df.drop(columns=["n", "beam_width"], errors="ignore").assign(decoding=decoding, width=width))
+        df = sustained_rate(systems, model=model, trace=trace, lo=lo, thresholds=(threshold,), num_requests=num_requests,
+                            saturated_requests=saturated_requests, seed=seed, rel_tol=rel_tol, workers=workers,
+                            block_size=block_size, groups=group_options(decoding, width))
+        frames.append(df.assign(decoding=decoding, width=width))
     out = pd.concat(frames, ignore_index=True)
-    return out[["model", "trace", "decoding", "width", "system", "sustained_rate", "censored_at_max", "threshold"]]
+    return out[["model", "trace", "decoding", "width", "system", "sustained_rate", "throughput_rps", "at_throughput",
+                "threshold"]]
 
 
 def improvement_over_oracle(rates: pd.DataFrame, baseline: str = "orca-oracle") -> pd.DataFrame:
@@ -86,7 +91,7 @@ def improvement_over_oracle(rates: pd.DataFrame, baseline: str = "orca-oracle") 
 
 
 def latency_sweep(rates: pd.DataFrame, systems=FIG14_SYSTEMS, *, fractions=(0.2, 0.4, 0.6, 0.8, 1.0, 1.2),
-                  model: str = "opt-13b", trace: str = "alpaca", num_requests: int = 1000, seed: int = 0,
+                  model: str = "opt-13b", trace: str = "alpaca-bare", num_requests: int = 1000, seed: int = 0,
                   workers: int = 2, block_size: int = 16) -> pd.DataFrame:
     """Normalized latency of every system at request rates = ``fractions`` × paged's sustained rate in
     each setting of ``rates`` (:func:`sustained_rates`), so each panel spans the interesting range."""
@@ -105,14 +110,14 @@ def latency_sweep(rates: pd.DataFrame, systems=FIG14_SYSTEMS, *, fractions=(0.2,
     return df
 
 
-def memory_saving(traces=("alpaca", "sharegpt"), widths=(2, 4, 6), *, rates: dict | None = None,
+def memory_saving(traces=("alpaca-bare", "sharegpt"), widths=(2, 4, 6), *, rates: dict | None = None,
                   model: str = "opt-13b", num_requests: int = 1000, seed: int = 0, workers: int = 2,
                   block_size: int = 16) -> pd.DataFrame:
     """Fig. 15 at paper scale: KV blocks saved by sharing (module docstring) for parallel sampling and
     beam search on each trace, paged on ``model``'s server at ``rates[trace]`` req/s (default 4 for
     Alpaca, 0.5 for ShareGPT: loaded, below the beam-6 sustained rates). Columns ``trace``, ``decoding``,
     ``width``, ``rate``, ``saving_percent``, ``blocks_in_use_mean``, ``blocks_without_sharing_mean``."""
-    rates = {"alpaca": 4.0, "sharegpt": 0.5, **(rates or {})}
+    rates = {"alpaca": 4.0, "alpaca-bare": 4.0, "sharegpt": 0.5, **(rates or {})}
     points = [dict(model=model, trace=t, system="paged", rate=rates[t], num_requests=num_requests, seed=seed,
                    block_size=block_size, record_sharing=True, **group_options(d, w))
               for t in traces for d in ("parallel", "beam") for w in widths]
@@ -147,8 +152,9 @@ def available_fig16_traces() -> dict[str, str]:
 
 
 def shared_prefix_rates(*, model: str = "llama-13b", num_requests: int = 1000, seed: int = 0, lo: float = 0.1,
-                        hi: float = 60.0, rel_tol: float = 0.03, workers: int = 2,
-                        block_size: int = 16) -> pd.DataFrame | None:
+                        rel_tol: float = 0.03, workers: int = 2, block_size: int = 16,
+                        threshold: float = LATENCY_THRESHOLD,
+                        saturated_requests: int = SATURATED_REQUESTS) -> pd.DataFrame | None:
     """Fig. 16: sustained rate of each of :data:`FIG16_SYSTEMS` on each available WMT16 trace, and paged ÷
     Orca (Oracle). None (after printing why) when no ``wmt16-*`` trace is installed."""
     available = available_fig16_traces()
@@ -159,11 +165,12 @@ def shared_prefix_rates(*, model: str = "llama-13b", num_requests: int = 1000, s
     rows = []
     for shot, trace in available.items():
         for label, system, caching in FIG16_SYSTEMS:
-            df = sustained_rate([system], model=model, trace=trace, lo=lo, hi=hi, num_requests=num_requests,
-                                seed=seed, rel_tol=rel_tol, workers=workers, block_size=block_size,
+            df = sustained_rate([system], model=model, trace=trace, lo=lo, thresholds=(threshold,),
+                                num_requests=num_requests, saturated_requests=saturated_requests, seed=seed,
+                                rel_tol=rel_tol, workers=workers, block_size=block_size,
                                 groups={"prefix_caching": caching})
             rows.append({"shot": shot, "trace": trace, "system": label, "sustained_rate": df["sustained_rate"][0],
-                         "censored_at_max": df["censored_at_max"][0]})
+                         "throughput_rps": df["throughput_rps"][0], "at_throughput": df["at_throughput"][0]})
     out = pd.DataFrame(rows)
     oracle = out[out["system"] == "orca-oracle"].set_index("shot")["sustained_rate"]
     out["over_oracle"] = [r / oracle[s] for s, r in zip(out["shot"], out["sustained_rate"])]

@@ -175,13 +175,13 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, engine: pd.DataF
     for (trace, d), part in saving.groupby(["trace", "decoding"], sort=False):
         ours = ", ".join(f"{w}: {p:.1f}%" for w, p in zip(part["width"], part["saving_percent"]))
         key = "parallel" if d == "parallel" else "beam"
-        if trace == "alpaca":
+        if trace.startswith("alpaca"):
             paper = ", ".join(f"{w}: {p}%" for w, p in FIG15_SHARING_SAVED_PERCENT[key].items())
             why = (f"{alpaca_note}. Parallel samples share the prompt only, so the saving follows prompt / "
                    "(prompt + output); beam saving follows the recorded trees (how long candidates share)")
         else:
             lo, hi = SHAREGPT_SHARING_RANGES[key]
-            paper, why = f"{lo}-{hi}% over widths 2-6", "ShareGPT lengths here are the committed trace's (cl100k)"
+            paper, why = f"{lo}-{hi}% over widths 2-6", "ShareGPT lengths here are the committed trace's, counted with GPT-2's BPE (OPT's)"
         kind = "parallel sampling (n)" if d == "parallel" else "beam search (width)"
         rows.append({"claim": f"Fig. 15: KV blocks saved, {kind}, {trace}", "paper": paper, "this run": ours,
                      "why it differs": why})

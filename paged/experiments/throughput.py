@@ -1,9 +1,10 @@
 """Figures and paper comparisons of notebook 03 (§6.2, §6.5, §7.2, §7.3): plotting only.
 
-The numbers come from :mod:`paged.experiments.serving`; this module turns its tables into the paper's
-figures (Fig. 12, 13, 17, 18b, 19), the tables saved beside them (:func:`figure_data`, without
-wall-clock columns, so a rerun rewrites them byte for byte), the "paper vs this run" table and the
-per-request KV footprint of each system on a trace (:func:`kv_footprint`).
+The numbers come from :mod:`paged.experiments.serving` and :mod:`paged.experiments.capacity`; this
+module turns their tables into the paper's figures (Fig. 12, 13, 17, 18b, 19), the tables saved
+beside them (:func:`figure_data`, without wall-clock columns, so a rerun rewrites them byte for
+byte), the "paper vs this run" table and the per-request KV footprint of each system on a trace
+(:func:`kv_footprint`).
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from paged.contiguous import BuddyAllocator, reservation_size
-from paged.sim.cost_model import get_cost_model
+from paged.experiments.capacity import BATCH_COUNTS, workload
+from paged.experiments.paper import FIG12_RATE_AXES, FIG13_BATCHED_REQUESTS
 from paged.experiments.plotting import SYSTEM_COLORS
 from paged.experiments.serving import LATENCY_THRESHOLD, SYSTEMS, WALL_TIME_COLUMNS
+from paged.sim.cost_model import PRESETS, get_cost_model
 
-__all__ = ["figure_data", "plot_latency_vs_rate", "plot_batched_requests", "plot_vs_block_size",
+__all__ = ["figure_data", "plot_latency_vs_rate", "plot_sensitivity", "plot_batched_requests", "plot_vs_block_size",
            "swap_recompute_table", "plot_swap_recompute", "kv_footprint", "paper_comparison"]
 
 
@@ -38,87 +40,158 @@ def _system_order(systems) -> list[str]:
     return [s for s in SYSTEMS if s in present] + sorted(present - set(SYSTEMS))
 
 
-def plot_latency_vs_rate(df: pd.DataFrame, *, log_y: bool = True, ylim: tuple[float, float] | None = None,
-                         threshold: float | None = LATENCY_THRESHOLD):
-    """Normalized latency (s/token) vs request rate (req/s), one panel per (model, trace) (Fig. 12/17).
+def _curve(ax, part: pd.DataFrame, color, top: float | None) -> None:
+    """One system's latency curve: filled markers where the run finished, open ones at the lower
+    bound of runs stopped early; points above ``top`` drawn at ``top``."""
+    part = part.sort_values("rate")
+    y = part["normalized_latency"].to_numpy(dtype=float)
+    if top is not None:
+        y = np.minimum(y, top)
+    early = part["stopped_early"].fillna(False).astype(bool).to_numpy() if "stopped_early" in part else \
+        np.zeros(len(part), bool)
+    ax.plot(part["rate"], y, color=color, linewidth=1.3)
+    ax.plot(part["rate"][~early], y[~early], "o", color=color, markersize=3.5)
+    ax.plot(part["rate"][early], y[early], "^", color=color, markersize=4.5, markerfacecolor="white")
 
-    The paper plots a linear axis cut at 1 s/token; here the y-axis is logarithmic by default so
-    that every system stays visible, including those (FasterTransformer, Orca (Max)) whose
-    latency is already seconds per token at the lowest rates. One figure-level legend sits to the
-    right of the panels, so it covers no curve.
 
-    Args:
-        df: rows of :func:`paged.experiments.serving.sweep` (columns ``model``, ``trace``, ``system``, ``rate``,
-            ``normalized_latency``).
-        log_y: logarithmic y-axis (else linear from 0).
-        ylim: y-axis limits (s/token); None fits the data.
-        threshold: draw the sustained-rate threshold (s/token) as a dashed line; None draws none.
+def plot_latency_vs_rate(points: pd.DataFrame, *, log: bool = False, ylim: tuple[float, float] | None = (0.0, 1.0),
+                         threshold: float | None = LATENCY_THRESHOLD, paper_axes: dict | None = None):
+    """Normalized latency (s/token) vs request rate (req/s), one panel per (trace, model) (Fig. 12/17).
 
-    Returns:
-        The matplotlib Figure.
+    Linear axes by default, as the paper draws them (y cut at ``ylim``; points above it drawn at the
+    top); ``log=True`` gives log-log axes over the whole range, where every system (also
+    FasterTransformer at its small rates) is visible. Each system's saturated throughput (its
+    ``rate=inf`` row) is a dotted vertical line in its colour: the rate where its latency explodes.
+    The paper's rate axis (``paper_axes``, default :data:`paged.experiments.paper.FIG12_RATE_AXES`)
+    ends at the grey dash-dot line; the x-axis reaches past it where our knees lie beyond. Open
+    triangles are runs stopped once their latency was sure to pass a cap (plotted at that bound).
 
     Raises:
-        ValueError: if ``df`` is empty.
+        ValueError: if ``points`` has no finite-rate rows.
     """
-    if len(df) == 0:
+    finite = points[np.isfinite(points["rate"])]
+    if len(finite) == 0:
         raise ValueError("no rows to plot")
-    panels = list(df.groupby(["model", "trace"], sort=False))
-    order = _system_order(df["system"].unique())
-    palette = {s: SYSTEM_COLORS.get(s, "0.3") for s in order}
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
-    for ax, ((model, trace), part) in zip(axes[0], panels):
-        sns.lineplot(data=part, x="rate", y="normalized_latency", hue="system", hue_order=order, marker="o",
-                     ax=ax, palette=palette, legend=False)
-        if threshold is not None:
-            ax.axhline(threshold, color="0.35", linestyle="--", linewidth=1)
-        if log_y:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        else:
-            ax.set_ylim(bottom=0)
-        if ylim is not None:
-            ax.set_ylim(*ylim)
-        ax.set_xlim(left=0)
-        ax.set_title(f"{model}, {trace}")
-        ax.set_xlabel("request rate (req/s)")
-        ax.set_ylabel("normalized latency (s/token)")
-    handles = [Line2D([], [], color=palette[s], marker="o", label=s) for s in order]
+    axes_ranges = FIG12_RATE_AXES if paper_axes is None else paper_axes
+    kinds = ("sharegpt", "alpaca", "chatbot")
+    traces = sorted(dict.fromkeys(finite["trace"]), key=lambda t: kinds.index(workload(t)))
+    models = sorted(dict.fromkeys(finite["model"]), key=lambda m: PRESETS.index(m) if m in PRESETS else len(PRESETS))
+    order = _system_order(finite["system"].unique())
+    fig, axes = plt.subplots(len(traces), len(models), figsize=(3.6 * len(models), 2.9 * len(traces)),
+                             squeeze=False)
+    for i, trace in enumerate(traces):
+        for j, model in enumerate(models):
+            ax = axes[i][j]
+            panel = points[(points["trace"] == trace) & (points["model"] == model)]
+            peaks = panel[~np.isfinite(panel["rate"])].set_index("system")["throughput_rps"] \
+                if "throughput_rps" in panel else pd.Series(dtype=float)
+            for s in order:
+                part = panel[(panel["system"] == s) & np.isfinite(panel["rate"])]
+                if len(part):
+                    _curve(ax, part, SYSTEM_COLORS.get(s, "0.3"), None if log else ylim and ylim[1])
+                if s in peaks.index:
+                    ax.axvline(peaks[s], color=SYSTEM_COLORS.get(s, "0.3"), linestyle=":", linewidth=1)
+            if threshold is not None:
+                ax.axhline(threshold, color="0.35", linestyle="--", linewidth=1)
+            paper = axes_ranges.get((workload(trace), model))
+            if paper is not None and not log:
+                ax.axvline(paper[1], color="0.55", linestyle="-.", linewidth=1)
+            if log:
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+                for axis in (ax.xaxis, ax.yaxis):
+                    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+                    axis.set_minor_formatter(NullFormatter())
+            else:
+                rates = panel.loc[np.isfinite(panel["rate"]), "rate"]
+                right = max([paper[1] if paper else 0.0, *(1.1 * peaks.to_numpy()), *rates.to_numpy()])
+                ax.set_xlim(0, right)
+                if ylim is not None:
+                    ax.set_ylim(*ylim)
+            ax.set_title(f"{model}, {trace}", fontsize=10)
+            ax.set_xlabel("request rate (req/s)" if i == len(traces) - 1 else "")
+            ax.set_ylabel("normalized latency (s/token)" if j == 0 else "")
+    handles = [Line2D([], [], color=SYSTEM_COLORS.get(s, "0.3"), marker="o", markersize=4, label=s) for s in order]
+    handles.append(Line2D([], [], color="0.3", linestyle=":", label="saturated throughput (latency → ∞)"))
     if threshold is not None:
-        handles.append(Line2D([], [], color="0.35", linestyle="--", label=f"{threshold:g} s/token (sustained)"))
+        handles.append(Line2D([], [], color="0.35", linestyle="--", label=f"{threshold:g} s/token"))
+    if not log:
+        handles.append(Line2D([], [], color="0.55", linestyle="-.", label="end of the paper's axis"))
+    handles.append(Line2D([], [], color="0.3", marker="^", markerfacecolor="white", linestyle="",
+                          label="stopped early (≥)"))
     fig.tight_layout()
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     return fig
 
 
-def plot_batched_requests(df: pd.DataFrame):
-    """Average batched requests per system, one panel per trace/rate (Fig. 13)."""
-    panels = list(df.groupby(["trace", "rate"], sort=False))
+def plot_sensitivity(ratios: pd.DataFrame, column: str):
+    """Paged ÷ each baseline (``column`` of :func:`paged.experiments.capacity.ratio_table` rows with a
+    ``cpu_scale`` column) vs the host-cost scale, one panel per trace."""
+    panels = list(ratios.groupby("trace", sort=False))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.0), squeeze=False)
-    for ax, ((trace, rate), part) in zip(axes[0], panels):
-        sns.barplot(data=part, x="system", y="avg_batched_requests", hue="system", palette=SYSTEM_COLORS,
-                    ax=ax, legend=False)
-        ax.set_title(f"{trace} @ {rate:g} req/s")
-        ax.set_xlabel("")
-        ax.set_ylabel("avg. batched requests")
-        ax.tick_params(axis="x", rotation=30)
+    for ax, (trace, part) in zip(axes[0], panels):
+        for baseline, line in part.groupby("baseline", sort=False):
+            line = line.sort_values("cpu_scale")
+            ax.plot(line["cpu_scale"], line[column], marker="o", label=baseline)
+        ax.set(xlabel="host (CPU) costs × sourced value", ylabel=f"sustained rate paged {column}", title=trace)
+        ax.legend(frameon=False, fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def plot_vs_block_size(df: pd.DataFrame, hue: str = "trace"):
-    """Normalized latency vs block size (Fig. 18b, 19b), one line per ``hue`` value."""
+def plot_batched_requests(df: pd.DataFrame, counts=tuple(BATCH_COUNTS)):
+    """Fig. 13: average batched requests per system, one panel per (trace, load), one bar per way
+    of counting (:data:`paged.experiments.capacity.BATCH_COUNTS`); the paper's value, where it
+    states one for that trace and rate, is a black diamond."""
+    panels = list(df.groupby(["trace", "load", "rate"], sort=False))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.9 * len(panels), 3.2), squeeze=False)
+    width = 0.8 / len(counts)
+    for ax, ((trace, load, rate), part) in zip(axes[0], panels):
+        order = _system_order(part["system"].unique())
+        part = part.set_index("system").loc[order]
+        x = np.arange(len(order))
+        for k, col in enumerate(counts):
+            ax.bar(x + (k - (len(counts) - 1) / 2) * width, part[col], width,
+                   color=[SYSTEM_COLORS.get(s, "0.4") for s in order], alpha=1.0 - 0.28 * k,
+                   label=BATCH_COUNTS[col])
+        paper = FIG13_BATCHED_REQUESTS.get(f"{workload(trace)}@{rate:g}", {})
+        ys = [paper.get(s, math.nan) for s in order]
+        ax.plot(x, ys, "D", color="black", markersize=5, label="paper")
+        ax.set_xticks(x, order, rotation=30)
+        ax.set_title(f"{trace} @ {rate:.3g} req/s ({load})", fontsize=10)
+        ax.set_ylabel("avg. batched requests")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), frameon=False)
+    return fig
+
+
+def plot_vs_block_size(df: pd.DataFrame, hue: str = "trace", log_y: bool = True):
+    """Normalized latency vs block size (Fig. 18b, 19b), one line per ``hue`` value; open triangles:
+    runs stopped early (at their lower bound)."""
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    sns.lineplot(data=df, x="block_size", y="normalized_latency", hue=hue, marker="o", ax=ax)
+    for k, (value, part) in enumerate(df.groupby(hue, sort=False)):
+        part = part.sort_values("block_size")
+        color = f"C{k}"
+        early = part["stopped_early"].fillna(False).astype(bool) if "stopped_early" in part else \
+            pd.Series(False, index=part.index)
+        ax.plot(part["block_size"], part["normalized_latency"], color=color, label=str(value))
+        ax.plot(part["block_size"][~early], part["normalized_latency"][~early], "o", color=color)
+        ax.plot(part["block_size"][early], part["normalized_latency"][early], "^", color=color, markerfacecolor="white")
     ax.set_xscale("log", base=2)
+    if log_y:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("block size (tokens)")
     ax.set_ylabel("normalized latency (s/token)")
+    ax.legend(frameon=False)
     fig.tight_layout()
     return fig
 
 
 def swap_recompute_table(block_sizes, num_tokens: int = 1024, model: str = "opt-13b") -> pd.DataFrame:
-    """Fig. 19a from the cost model: time (ms) to swap ``num_tokens`` tokens of KV out, in, or to
-    recompute them (a prefill; flat in block size), per block size."""
+    """Fig. 19a from the cost model: time (ms) to swap ``num_tokens`` tokens of KV out, in, out and
+    in, or to recompute them (a prefill; flat in block size), per block size."""
     rows = []
     for bs in block_sizes:
         cost = get_cost_model(model, block_size=bs)
@@ -126,6 +199,7 @@ def swap_recompute_table(block_sizes, num_tokens: int = 1024, model: str = "opt-
         swap = cost.swap_time(blocks) * 1e3
         rows += [{"block_size": bs, "operation": "swap out", "ms": swap},
                  {"block_size": bs, "operation": "swap in", "ms": swap},
+                 {"block_size": bs, "operation": "swap in + out", "ms": 2 * swap},
                  {"block_size": bs, "operation": "recompute", "ms": cost.recompute_time(num_tokens) * 1e3}]
     return pd.DataFrame(rows)
 
@@ -133,12 +207,20 @@ def swap_recompute_table(block_sizes, num_tokens: int = 1024, model: str = "opt-
 def plot_swap_recompute(micro: pd.DataFrame, e2e: pd.DataFrame):
     """Fig. 19: (a) swap/recompute time vs block size; (b) normalized latency, swap vs recompute."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
-    sns.lineplot(data=micro, x="block_size", y="ms", hue="operation", style="operation", marker="o", ax=a)
+    for k, (op, part) in enumerate(micro.groupby("operation", sort=False)):
+        a.plot(part["block_size"], part["ms"], marker="os^D"[k % 4], linestyle="-" if op != "swap in" else "--",
+               label=op)
     a.set(xscale="log", yscale="log", xlabel="block size (tokens)", ylabel="time (ms)", title="(a) microbenchmark")
     a.set_xscale("log", base=2)
-    sns.lineplot(data=e2e, x="block_size", y="normalized_latency", hue="preemption", marker="o", ax=b)
+    a.legend(frameon=False)
+    for k, (mode, part) in enumerate(e2e.groupby("preemption", sort=False)):
+        part = part.sort_values("block_size")
+        b.plot(part["block_size"], part["normalized_latency"], marker="o", label=mode)
     b.set_xscale("log", base=2)
+    b.set_yscale("log")
+    b.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     b.set(xlabel="block size (tokens)", ylabel="normalized latency (s/token)", title="(b) end to end")
+    b.legend(frameon=False)
     fig.tight_layout()
     return fig
 
@@ -157,15 +239,6 @@ def kv_footprint(trace, model: str = "opt-13b", block_size: int = 16) -> pd.Data
     Columns: ``system``, ``mean_slots_held`` (tokens), ``requests_that_fit`` = the server's KV slots
     ÷ ``mean_slots_held``: the batch memory allows on average, before the buddy allocator's
     external fragmentation and regardless of compute.
-
-    Args:
-        trace: requests with ``prompt_len`` and ``output_len`` (tokens).
-        model: a Table 1 preset of :func:`paged.sim.cost_model.get_cost_model`.
-        block_size: paged block size (tokens).
-
-    Returns:
-        One row per system: paged, Orca (Oracle), Orca (Pow2), Orca (Max) (FasterTransformer
-        reserves like Orca (Max)).
 
     Raises:
         ValueError: if ``trace`` is empty, ``block_size`` < 1, or a length is not positive.
@@ -192,47 +265,36 @@ def kv_footprint(trace, model: str = "opt-13b", block_size: int = 16) -> pd.Data
                          for s, total in slot_steps.items()])
 
 
-def _ratio_text(rates: pd.DataFrame, system: str) -> str:
-    """``paged ÷ system`` of sustained rates, with both rates; ≥/≤ where a search hit its upper end."""
-    r = rates.set_index("system")
-    num, den = r.loc["paged", "sustained_rate"], r.loc[system, "sustained_rate"]
-    if den <= 0 or math.isnan(den):
-        return f"n/a (paged {num:.2f} req/s, {system} {den:.2f} req/s)"
-    mark = {(True, False): "≥ ", (False, True): "≤ "}.get((bool(r.loc["paged", "censored_at_max"]),
-                                                         bool(r.loc[system, "censored_at_max"])), "")
-    return f"{mark}{num / den:.2f}× ({num:.2f} vs {den:.2f} req/s)"
-
-
-def paper_comparison(sustained: pd.DataFrame, batched: pd.DataFrame,
-                     chat_sustained: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The paper's OPT-13B claims beside this run: sustained-rate ratios on ShareGPT (§6.2), the
-    Fig. 13 batch sizes and, if ``chat_sustained`` is given, the chatbot ratios (§6.5, Fig. 17).
+def paper_comparison(ratios: pd.DataFrame, batched: pd.DataFrame, chat_ratios: pd.DataFrame | None = None,
+                     *, model: str = "opt-13b", threshold: float = LATENCY_THRESHOLD) -> pd.DataFrame:
+    """The paper's OPT-13B claims beside this run: sustained-rate ratios on ShareGPT and Alpaca
+    (§6.2, at ``threshold``), the Fig. 13 batches at the paper's rates (decode iterations and every
+    iteration) and, if given, the chatbot ratios (§6.5, Fig. 17).
 
     Args:
-        sustained: :func:`paged.experiments.serving.sustained_rate` rows on ShareGPT.
-        batched: :func:`paged.experiments.serving.sweep` rows at the Fig. 13 points.
-        chat_sustained: :func:`paged.experiments.serving.sustained_rate` rows on ``sharegpt-chat``, or None.
+        ratios, chat_ratios: :func:`paged.experiments.capacity.ratio_table` rows.
+        batched: :func:`paged.experiments.capacity.batched_requests` rows (``load == "paper"`` used).
 
     Returns:
-        Columns ``claim``, ``paper``, ``this run`` (text). A ratio is marked ``≥``/``≤`` when a
-        sustained-rate search stopped at its upper end (censored).
+        Columns ``claim``, ``paper``, ``this run`` (text).
     """
-    from paged.experiments.paper import FIG12_SUSTAINED_RATIOS as paper_ratio
-    from paged.experiments.paper import FIG13_BATCHED_REQUESTS, FIG17_CHATBOT_RATIO
-
-    systems = set(sustained["system"])
-    rows = [{"claim": f"sustained rate paged ÷ {s}", "paper": paper_ratio[s],
-             "this run": _ratio_text(sustained, s)} for s in paper_ratio if s in systems and "paged" in systems]
-    for (trace, r), part in batched.groupby(["trace", "rate"], sort=False):
-        key = f"{trace}@{r:g}"
-        paper = FIG13_BATCHED_REQUESTS.get(key, {})
-        for _, row in part.iterrows():
-            rows.append({"claim": f"avg batched requests, {key}, {row['system']}",
-                         "paper": f"{paper[row['system']]:.2f}" if row["system"] in paper else "not stated",
-                         "this run": f"{row['avg_batched_requests']:.2f}"})
-    if chat_sustained is not None and "paged" in set(chat_sustained["system"]):
-        for s in ("orca-max", "orca-pow2", "orca-oracle"):
-            if s in set(chat_sustained["system"]):
-                rows.append({"claim": f"chatbot sustained rate paged ÷ {s} (Fig. 17)", "paper": f"{FIG17_CHATBOT_RATIO:g}×",
-                             "this run": _ratio_text(chat_sustained, s)})
+    col = f"÷ at {threshold:g} s/token"
+    rates = f"rates at {threshold:g} (req/s)"
+    rows = []
+    for frame in (ratios, chat_ratios):
+        if frame is None:
+            continue
+        for _, r in frame[frame["model"] == model].iterrows():
+            rows.append({"claim": f"{workload(r['trace'])}: sustained rate paged ÷ {r['baseline']}",
+                         "paper": r["paper"], "this run": f"{r[col]:.2f}× ({r[rates]})" if col in r else "n/a"})
+    paper_rate = batched[(batched["load"] == "paper") & (batched["model"] == model)]
+    if "cpu_scale" in paper_rate:
+        paper_rate = paper_rate[paper_rate["cpu_scale"] == 1.0]
+    for _, r in paper_rate.iterrows():
+        key = f"{workload(r['trace'])}@{r['rate']:g}"
+        paper = FIG13_BATCHED_REQUESTS.get(key, {}).get(r["system"])
+        rows.append({"claim": f"avg batched requests, {key}, {r['system']}",
+                     "paper": "not stated" if paper is None else f"{paper:.2f}",
+                     "this run": f"{r['avg_decode_batched_requests']:.2f} per decode iteration, "
+                                 f"{r['avg_batched_requests']:.2f} per iteration"})
     return pd.DataFrame(rows)

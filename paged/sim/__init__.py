@@ -1,7 +1,9 @@
 """The simulated executor (§6): paper-scale models and servers, time from a GPU cost model.
 
 * :mod:`~paged.sim.model_spec`: model shapes and KV bytes per token (§3, Table 1);
-* :mod:`~paged.sim.cost_model`: how long an iteration takes on Table 1's A100 servers;
+* :mod:`~paged.sim.cost_model`: how long an iteration takes on Table 1's A100 servers (GPU work and
+  the sourced host costs), :mod:`~paged.sim.linear_cost`: the same form fitted to a profile of the
+  real engine, :mod:`~paged.sim.iteration_cost`: the dispatch both share;
 * :mod:`~paged.sim.simulator`: :func:`simulate`, the real scheduler and KV cache managers with
   simulated time, through the serving loop the real engine uses (:mod:`paged.core.serving_loop`)
   with the :class:`~paged.sim.executor.SimulatedExecutor`; :mod:`~paged.sim.fast_forward` applies

@@ -13,26 +13,36 @@ tensor parallelism (each GPU holds ``1/g`` of every weight matrix and of the KV 
   prefill computes causal attention (``2 · layers · hidden · n²`` FLOPs per ``n``-token prompt);
 * **tensor-parallel communication**: two ring all-reduces of the activations per layer over
   NVLink (none on one GPU);
-* **fixed overhead** per iteration (scheduler, input preparation, sampling, kernel launches);
+* **GPU-side fixed costs** per iteration: kernel launches per layer (no CUDA graphs in 2023);
+* **host (CPU) costs** per iteration, serial with the GPU work as in the 2023 vLLM (no overlap of
+  scheduling with the forward): a fixed per-iteration cost, per running sequence the scheduler's
+  work, input preparation and sampling with output processing, and the host→device copies of the
+  step's inputs (token ids, positions, slot mapping, block tables). All of them scale together with
+  ``cpu_scale`` (0: none, 1: the sourced values, 2: twice them) for the sensitivity study;
+  FasterTransformer's C++ loop with sampling on the GPU has none of them (``cpu_scale=0``, set by
+  :func:`paged.experiments.serving.cost_model_for`);
 * **swapping** (§4.5): one PCIe copy per block per layer for K and for V, each with a fixed
   issue latency, so small blocks swap slowly (§7.3, Fig. 19a);
 * **recomputation** is simply the prefill of prompt + generated tokens.
 
 Every constant below cites its source; the efficiency factors are stated assumptions chosen
-before any comparison and never fitted to the paper's curves.
+before any comparison and never fitted to the paper's curves. The host costs come from the vLLM
+team's published profiles of later (2024) vLLM versions on other GPUs; the 2023 code the paper
+measured was at least as slow on the host (its sampler ran one request at a time, vLLM issue #249),
+so the sourced values are a low estimate and the 2× band is the plausible range. Not modelled
+(no published number): per-prompt-token Python work of a prefill's input preparation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paged.sim.iteration_cost import IterationCostModel
 from paged.sim.model_spec import GiB, ModelSpec, get_model, kv_cache_slots
-from paged.core.scheduler import SchedulerOutputs
-from paged.core.sequence import SequenceStatus
 
 __all__ = ["ServerSpec", "CostModel", "SERVERS", "PRESETS", "get_cost_model", "A100_PEAK_FP16_FLOPS",
            "A100_40GB_HBM_BYTES_PER_S", "A100_80GB_HBM_BYTES_PER_S", "NVLINK_BYTES_PER_S",
-           "PCIE4_X16_BYTES_PER_S"]
+           "PCIE4_X16_BYTES_PER_S", "HOST_COSTS"]
 
 #: A100 dense FP16/BF16 Tensor Core peak, FLOP/s per GPU. Source: NVIDIA A100 Tensor Core GPU
 #: datasheet (2020/2021), "FP16 Tensor Core 312 TFLOPS" (624 with sparsity, not used here).
@@ -61,9 +71,34 @@ NVLINK_EFFICIENCY = 0.8
 #: Latency of one all-reduce of a small message inside one NVLink node (seconds). Assumption:
 #: order of 10 µs for NCCL on NVLink/NVSwitch.
 ALLREDUCE_LATENCY_S = 10e-6
-#: Fixed per-iteration overhead (seconds): scheduling, preparing inputs, sampling, Python.
-#: Assumption, for a 2023 vLLM-like Python server without CUDA graphs.
+#: Fixed per-iteration overhead (seconds): scheduling, preparing inputs, sampling, Python — the part
+#: that does not grow with the batch (the per-sequence parts follow). Assumption, for a 2023
+#: vLLM-like Python server without CUDA graphs. A host cost: scaled by ``cpu_scale``.
 ITERATION_OVERHEAD_S = 1e-3
+#: Scheduler work per running sequence per iteration (seconds). Source: vLLM PR #4280 / #4261
+#: (April 2024, "[Core] Scheduling optimization"): "the original scheduler logic takes about 2ms"
+#: per iteration on an A10 host in the throughput benchmark, whose batch runs at vLLM's
+#: ``max_num_seqs`` = 256 sequences: 2 ms / 256 ≈ 8 µs per sequence.
+SCHEDULER_PER_SEQ_S = 8e-6
+#: Input preparation per sequence per iteration (seconds): Python lists of token ids, positions,
+#: slot mappings and block tables. Source: vLLM RFC #6854 (July 2024, "Multi-Step Scheduling"):
+#: the host work of a decode step (sampled-token transfer, pythonizing outputs, input preparation,
+#: the scheduler) leaves the GPU idle "5-13ms" per step; its low end minus the scheduler's 2 ms
+#: (above), at 256 sequences, is 3 ms / 256 ≈ 12 µs per sequence. The RFC does not split it; we
+#: give half to input preparation and half to sampling (below) — the split is unknown, the sum is
+#: what the simulation uses.
+PREPARE_INPUTS_PER_SEQ_S = 6e-6
+#: Sampling and output processing per sequence per iteration (seconds): the other half of the
+#: RFC #6854 estimate above (vLLM's sampler and the pythonization of its outputs).
+SAMPLING_PER_SEQ_S = 6e-6
+#: Host→device copies of a step's inputs per iteration: token ids, positions, slot mapping, block
+#: tables, context lengths (vLLM v0's ``_prepare_inputs`` builds each as one tensor), each an
+#: issue latency (:data:`SWAP_COPY_LATENCY_S`) plus its bytes at the PCIe bandwidth.
+INPUT_COPIES = 5
+#: Bytes per token of a step's inputs: int64 token id, position and slot (3 × 8 B).
+INPUT_BYTES_PER_TOKEN = 24
+#: Bytes per block-table entry and per context length (int32).
+INT32_BYTES = 4
 #: Kernel-launch overhead per transformer layer per iteration (seconds). Assumption: about ten
 #: kernels per layer at roughly 4 µs each (typical CUDA launch latency without CUDA graphs).
 LAYER_LAUNCH_OVERHEAD_S = 40e-6
@@ -121,7 +156,7 @@ PRESETS = tuple(SERVERS)
 
 
 @dataclass(frozen=True, slots=True)
-class CostModel:
+class CostModel(IterationCostModel):
     """Per-iteration time of ``model`` on ``server`` (module docstring), in seconds.
 
     Call it with a :class:`~paged.core.scheduler.SchedulerOutputs` to get that iteration's time
@@ -133,12 +168,15 @@ class CostModel:
         block_size: KV block size of a paged system (tokens); sets the paged kernel's cost.
         paged_kernel: True for the paged attention kernel (vLLM), False for a contiguous one
             (Orca, FasterTransformer).
+        cpu_scale: factor on every host (CPU) cost (module docstring): 0 removes them, 1 is the
+            sourced values, 2 doubles them (the sensitivity band).
     """
 
     model: ModelSpec
     server: ServerSpec
     block_size: int = 16
     paged_kernel: bool = True
+    cpu_scale: float = 1.0
 
     # -- derived constants ------------------------------------------------------------
     @property
@@ -160,14 +198,29 @@ class CostModel:
         return compute if compute > memory else memory
 
     def _fixed_time(self, num_tokens: int) -> float:
-        """Overheads and tensor-parallel all-reduces for an iteration of ``num_tokens`` tokens."""
+        """GPU-side fixed costs: kernel launches and tensor-parallel all-reduces (seconds)."""
         m, g = self.model, self.server.num_gpus
-        t = ITERATION_OVERHEAD_S + m.num_layers * LAYER_LAUNCH_OVERHEAD_S
+        t = m.num_layers * LAYER_LAUNCH_OVERHEAD_S
         if g > 1:
             per_allreduce = (2 * (g - 1) / g * num_tokens * m.hidden_size * m.dtype_bytes
                              / (self.server.nvlink_bytes_per_s * NVLINK_EFFICIENCY) + ALLREDUCE_LATENCY_S)
             t += 2 * m.num_layers * per_allreduce
         return t
+
+    def host_time(self, num_seqs: int, num_tokens: int, num_table_entries: int) -> float:
+        """Host (CPU) seconds of one iteration (module docstring), times ``cpu_scale``.
+
+        Args:
+            num_seqs: sequences in the batch.
+            num_tokens: tokens the iteration computes (prompt tokens, or one per sequence).
+            num_table_entries: block-table entries copied to the device (decode; 0 for a prefill).
+        """
+        if not self.cpu_scale:
+            return 0.0
+        per_seq = SCHEDULER_PER_SEQ_S + PREPARE_INPUTS_PER_SEQ_S + SAMPLING_PER_SEQ_S
+        copy_bytes = num_tokens * INPUT_BYTES_PER_TOKEN + (num_table_entries + num_seqs) * INT32_BYTES
+        copies = INPUT_COPIES * SWAP_COPY_LATENCY_S + copy_bytes / self.server.pcie_bytes_per_s
+        return self.cpu_scale * (ITERATION_OVERHEAD_S + num_seqs * per_seq + copies)
 
     @property
     def attention_slowdown(self) -> float:
@@ -183,11 +236,14 @@ class CostModel:
         ``context_tokens`` tokens (each sequence reads its whole KV cache once).
 
         Linear in ``context_tokens`` for a fixed ``num_seqs``, which lets the simulator sum a
-        run of decode iterations exactly.
+        run of decode iterations exactly. The block tables copied to the device hold about
+        ``context_tokens / block_size + num_seqs`` entries (each sequence's last block partly full).
         """
         m, g = self.model, self.server.num_gpus
         kv_read = context_tokens * m.kv_bytes_per_token / g / self._bw * self.attention_slowdown
-        return self._linear_time(num_seqs, num_seqs) + self._fixed_time(num_seqs) + kv_read
+        entries = context_tokens / self.block_size + num_seqs
+        return (self._linear_time(num_seqs, num_seqs) + self._fixed_time(num_seqs) + kv_read
+                + self.host_time(num_seqs, num_seqs, entries))
 
     def prefill_time(self, prompt_lens: list[int]) -> float:
         """Seconds for one prefill iteration over prompts of ``prompt_lens`` tokens each
@@ -197,7 +253,8 @@ class CostModel:
         attn_flops = sum(2 * m.num_layers * m.hidden_size * p * p for p in prompt_lens)
         attn = attn_flops / g / (self.server.peak_flops * COMPUTE_EFFICIENCY)
         kv_write = n * m.kv_bytes_per_token / g / self._bw
-        return self._linear_time(n, len(prompt_lens)) + attn + kv_write + self._fixed_time(n)
+        return (self._linear_time(n, len(prompt_lens)) + attn + kv_write + self._fixed_time(n)
+                + self.host_time(len(prompt_lens), n, 0))
 
     def swap_time(self, num_blocks: int, block_size: int | None = None) -> float:
         """Seconds to move ``num_blocks`` KV blocks one way over PCIe (§4.5, Fig. 19a).
@@ -214,30 +271,25 @@ class CostModel:
         copies = num_blocks * m.num_layers * 2
         return copies * (SWAP_COPY_LATENCY_S + copy_bytes / self.server.pcie_bytes_per_s)
 
-    def recompute_time(self, num_tokens: int) -> float:
-        """Seconds to recompute the KV of one ``num_tokens``-token sequence (a prefill)."""
-        return self.prefill_time([num_tokens])
 
-    def __call__(self, outputs: SchedulerOutputs) -> float:
-        """Seconds for the iteration the scheduler chose, swaps included (before the step)."""
-        running = SequenceStatus.RUNNING
-        t = self.swap_time(len(outputs.blocks_to_swap_in)) + self.swap_time(len(outputs.blocks_to_swap_out))
-        if outputs.is_prefill:  # the tokens computed: a prompt shared by samples once, cached tokens not
-            return t + self.prefill_time(outputs.prefill_token_counts())
-        num_seqs = context = 0
-        for group in outputs.scheduled_seq_groups:
-            for seq in group.seqs:
-                if seq.status is running:
-                    num_seqs += 1
-                    context += seq.num_tokens
-        return t + self.decode_time(num_seqs, context)
-
-
-def get_cost_model(model: str, *, block_size: int = 16, paged_kernel: bool = True) -> CostModel:
+def get_cost_model(model: str, *, block_size: int = 16, paged_kernel: bool = True,
+                   cpu_scale: float = 1.0) -> CostModel:
     """The cost model of a Table 1 preset (``opt-13b``, ``opt-66b``, ``opt-175b``, ``llama-13b``).
 
     Raises:
-        ValueError: for an unknown model.
+        ValueError: for an unknown model or a negative or non-finite ``cpu_scale``.
     """
+    if not 0 <= cpu_scale < float("inf"):
+        raise ValueError(f"cpu_scale must be a finite number ≥ 0, got {cpu_scale!r}")
     spec = get_model(model)
-    return CostModel(spec, SERVERS[spec.name], block_size, paged_kernel)
+    return CostModel(spec, SERVERS[spec.name], block_size, paged_kernel, float(cpu_scale))
+
+
+#: The host (CPU) costs of one iteration, for tables: name -> (seconds, what it is per).
+HOST_COSTS = {
+    "fixed per iteration": (ITERATION_OVERHEAD_S, "iteration"),
+    "scheduler": (SCHEDULER_PER_SEQ_S, "sequence"),
+    "input preparation": (PREPARE_INPUTS_PER_SEQ_S, "sequence"),
+    "sampling and output processing": (SAMPLING_PER_SEQ_S, "sequence"),
+    "input copies (issue latency)": (INPUT_COPIES * SWAP_COPY_LATENCY_S, "iteration"),
+}

@@ -112,6 +112,7 @@ def simulate(
     beam_width: int = 1,
     shared_prefix: str = "reserved",
     record_sharing: bool = False,
+    on_finish: Callable[[list[SequenceGroup]], None] | None = None,
 ) -> ServingResult:
     """Serve ``trace`` with the real scheduler over ``kv_manager``; time from ``iteration_time``.
 
@@ -129,6 +130,8 @@ def simulate(
             parallel samples, beam search replaying recorded searches, how a shared prefix is shared.
         record_sharing: record the KV blocks held with and without sharing at every iteration
             (``result.sharing``, Fig. 15); the run then steps one iteration at a time.
+        on_finish: called with the groups that finished after each iteration (their
+            ``finished_time`` is the clock); an exception it raises stops the run and propagates.
 
     Returns:
         A :class:`~paged.core.serving_loop.ServingResult`; every request finishes exactly once, each of its
@@ -154,7 +157,8 @@ def simulate(
             )
     executor = SimulatedExecutor(iteration_time, fast_forward=fast_forward,
                                  first_fork_id=sum(len(g.seqs) for g in groups))
-    loop = ServingLoop(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing)
+    loop = ServingLoop(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing,
+                       on_finish=on_finish)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the loop makes no reference cycles; full collections would dominate its time
     try:

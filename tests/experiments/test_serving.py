@@ -1,22 +1,27 @@
-"""Sustained-rate search of paged.experiments.serving: bisection, brackets from an earlier sweep, censoring."""
+"""Sustained-rate search and paper-length points of paged.experiments.serving."""
+
+import math
 
 import pandas as pd
 import pytest
 
 from paged.experiments import serving
 
-SETTINGS = dict(model="opt-13b", trace="sharegpt", num_requests=1000, seed=0, block_size=16, preemption="recompute")
+SETTINGS = dict(model="opt-13b", trace="sharegpt", seed=0, block_size=16, preemption="recompute", cpu_scale=1.0,
+                min_duration=3600.0, n=1, beam_width=1, prefix_caching=False, tokenizer="gpt2")
 
 
 @pytest.fixture
 def linear_latency(monkeypatch):
-    """simulate_point replaced by latency = slope × rate (s/token), counting calls."""
+    """simulate_point replaced by latency = slope × rate (s/token) and a peak of ``peak`` req/s, counting calls."""
     calls = []
 
-    def install(slope=0.1):
+    def install(slope=0.1, peak=8.0):
         def fake(model, trace, system, rate, *args, **kwargs):
             calls.append((system, rate))
-            return {"normalized_latency": slope * rate}
+            if math.isinf(rate):
+                return {"throughput_rps": peak, "rate": rate}
+            return {"normalized_latency": slope * rate, "converged": True}
 
         monkeypatch.setattr(serving, "simulate_point", fake)
         return calls
@@ -24,71 +29,106 @@ def linear_latency(monkeypatch):
     return install
 
 
-def _known(rows):
-    return pd.DataFrame([{**SETTINGS, "system": s, "rate": r, "normalized_latency": lat} for s, r, lat in rows])
+def _known(rows, **changes):
+    return pd.DataFrame([{**SETTINGS, **changes, "system": s, "rate": r, "normalized_latency": lat}
+                         for s, r, lat in rows])
 
 
 def test_bisection_finds_the_crossing(linear_latency):
-    calls = linear_latency(0.1)  # 0.2 s/token is crossed at 2 req/s
-    out = serving.sustained_rate(["paged"], lo=0.05, hi=8.0, rel_tol=0.03, workers=1)
+    calls = linear_latency(0.1)  # 0.2 s/token is crossed at 2 req/s; the peak is 8 req/s
+    out = serving.sustained_rate(["paged"], thresholds=(0.2,), rel_tol=0.03, workers=1)
     rate = out.loc[0, "sustained_rate"]
-    assert 2.0 * (1 - 0.03) <= rate <= 2.0 and not out.loc[0, "censored_at_max"]
-    assert len(calls) >= 8
+    assert 2.0 * (1 - 0.03) <= rate <= 2.0 and not out.loc[0, "at_throughput"]
+    assert out.loc[0, "throughput_rps"] == 8.0 and calls[0] == ("paged", math.inf)
 
 
-def test_known_sweep_narrows_the_bracket(linear_latency):
+def test_thresholds_share_their_evaluations(linear_latency):
     calls = linear_latency(0.1)
-    plain = serving.sustained_rate(["paged"], workers=1).loc[0, "sustained_rate"]
+    out = serving.sustained_rate(["paged"], thresholds=(0.1, 0.2, 0.5), rel_tol=0.03, workers=1).set_index("threshold")
+    for thr, crossing in ((0.1, 1.0), (0.2, 2.0), (0.5, 5.0)):
+        assert crossing * 0.97 <= out.loc[thr, "sustained_rate"] <= crossing
+    shared = len(calls)
+    calls.clear()
+    for thr in (0.1, 0.2, 0.5):
+        serving.sustained_rate(["paged"], thresholds=(thr,), rel_tol=0.03, workers=1)
+    assert shared < len(calls)
+
+
+def test_never_above_the_saturated_throughput(linear_latency):
+    linear_latency(0.001, peak=3.0)  # the latency never reaches the threshold: the peak bounds the search
+    out = serving.sustained_rate(["paged"], thresholds=(0.2,), rel_tol=0.03, workers=1)
+    assert out.loc[0, "sustained_rate"] < 3.0 and out.loc[0, "sustained_rate"] >= 3.0 * 0.97
+    assert out.loc[0, "at_throughput"]
+
+
+def test_known_rows_narrow_the_bracket_and_are_not_run_again(linear_latency):
+    calls = linear_latency(0.1)
+    serving.sustained_rate(["paged"], thresholds=(0.2,), workers=1)
     n_plain = len(calls)
     calls.clear()
-    known = _known([("paged", 1.0, 0.1), ("paged", 1.5, 0.15), ("paged", 2.5, 0.25), ("paged", 3.0, 0.3),
-                    ("orca-max", 1.0, 9.0)])  # other system: ignored
-    narrowed = serving.sustained_rate(["paged"], workers=1, known=known).loc[0, "sustained_rate"]
-    assert len(calls) < n_plain
-    assert all(1.5 < r < 2.5 for _, r in calls), "the sweep's own rates are not simulated again"
-    assert 2.0 * 0.97 <= narrowed <= 2.0 and abs(narrowed - plain) <= 0.03 * 2.5
+    known = pd.concat([_known([("paged", 1.5, 0.15), ("paged", 2.5, 0.25), ("orca-max", 1.0, 9.0)]),
+                       _known([("paged", math.inf, math.nan)], min_duration=math.nan).assign(throughput_rps=8.0)])
+    out = serving.sustained_rate(["paged"], thresholds=(0.2,), workers=1, known=known)
+    assert len(calls) < n_plain and all(1.5 < r < 2.5 for _, r in calls), "known rates and the peak are reused"
+    assert 2.0 * 0.95 <= out.loc[0, "sustained_rate"] <= 2.0
 
 
 def test_known_rows_with_other_settings_are_ignored(linear_latency):
     calls = linear_latency(0.1)
-    serving.sustained_rate(["paged"], workers=1)
+    serving.sustained_rate(["paged"], thresholds=(0.2,), workers=1)
     n_plain = len(calls)
     calls.clear()
-    known = _known([("paged", 1.5, 0.15), ("paged", 2.5, 0.25)]).assign(seed=7)
-    serving.sustained_rate(["paged"], workers=1, known=known)
+    serving.sustained_rate(["paged"], thresholds=(0.2,), workers=1,
+                           known=_known([("paged", 1.5, 0.15), ("paged", 2.5, 0.25)], seed=7))
     assert len(calls) == n_plain
 
 
-def test_censored_at_max(linear_latency):
-    calls = linear_latency(0.001)
-    out = serving.sustained_rate(["paged"], hi=8.0, workers=1)
-    assert out.loc[0, "censored_at_max"] and out.loc[0, "sustained_rate"] == 8.0 and len(calls) == 1
-    calls.clear()
-    out = serving.sustained_rate(["paged"], hi=8.0, workers=1, known=_known([("paged", 8.0, 0.008)]))
-    assert out.loc[0, "censored_at_max"] and out.loc[0, "sustained_rate"] == 8.0 and not calls
-
-
-def test_even_lo_fails(linear_latency):
-    linear_latency(100.0)  # crossing at 0.002 req/s, below lo
-    out = serving.sustained_rate(["paged"], lo=0.05, workers=1, known=_known([("paged", 0.05, 5.0)]))
+def test_nothing_sustained(linear_latency):
+    linear_latency(100.0)  # 0.2 s/token crossed at 0.002 req/s, below lo
+    out = serving.sustained_rate(["paged"], thresholds=(0.2,), lo=0.05, workers=1)
     assert out.loc[0, "sustained_rate"] < 0.05
 
 
-@pytest.mark.parametrize("kwargs", [dict(lo=0.0), dict(lo=2.0, hi=1.0), dict(rel_tol=0.0), dict(rel_tol=1.5)])
+@pytest.mark.parametrize("kwargs", [dict(lo=0.0), dict(rel_tol=0.0), dict(rel_tol=1.5), dict(thresholds=()),
+                                    dict(thresholds=(0.0,))])
 def test_bad_search_arguments(kwargs):
     with pytest.raises(ValueError):
         serving.sustained_rate(["paged"], workers=1, **kwargs)
 
 
-def test_chatbot_from_a_real_sweep():
-    """Unpatched: the result lies between the sweep's last passing and first failing rate."""
-    common = dict(model="opt-13b", trace="sharegpt-chat", num_requests=80, seed=0, block_size=16,
-                  preemption="recompute")
-    known = serving.sweep([dict(common, system="paged", rate=r) for r in (0.5, 2.0, 6.0)], workers=1)
-    rate = serving.sustained_rate(["paged"], lo=0.05, hi=8.0, workers=1, known=known, **common).loc[0, "sustained_rate"]
-    passing = known.normalized_latency <= serving.LATENCY_THRESHOLD
-    first_bad = known.rate[~passing].min() if (~passing).any() else 8.0
-    below = known.rate[passing & (known.rate < first_bad)]
-    assert rate <= first_bad
-    if len(below):
-        assert rate >= below.max()
+def test_sustained_rate_is_at_most_the_throughput_on_a_real_small_run():
+    """Unpatched, every system: the search never reports a sustained rate above the saturated throughput."""
+    out, points = serving.sustained_rate(list(serving.SYSTEMS), thresholds=(0.1, 0.5), rel_tol=0.1,
+                                         duration_scale=0.03, saturated_requests=300, workers=1, return_points=True)
+    assert (out["sustained_rate"] <= out["throughput_rps"]).all()
+    assert (out["sustained_rate"] > 0).all()
+    low, high = (out[out["threshold"] == t].set_index("system")["sustained_rate"] for t in (0.1, 0.5))
+    assert (low <= high).all()  # a looser threshold sustains at least as much
+    finite = points[points["rate"] < math.inf]
+    assert set(points["system"]) == set(serving.SYSTEMS) and (finite["arrival_seconds"] > 0).all()
+
+
+def test_paper_length_point():
+    row = serving.simulate_point("opt-13b", "sharegpt", "paged", 2.0, duration_scale=0.02)
+    assert row["min_duration"] == pytest.approx(72.0) and row["arrival_seconds"] in (72.0, 144.0)
+    assert row["num_requests"] > 100 and isinstance(row["converged"], bool)
+    assert row["avg_decode_batched_requests"] >= row["avg_batched_requests"] > 0
+    assert 0 <= row["first_half_latency"] and row["normalized_latency"] > 0
+    assert serving.simulate_point("opt-175b", "sharegpt", "paged", 2.0, duration_scale=0.02)["min_duration"] == 18.0
+
+
+def test_a_point_past_its_cap_stops_early():
+    row = serving.simulate_point("opt-13b", "sharegpt", "orca-max", 3.0, duration_scale=0.1, latency_cap=0.5)
+    assert row["stopped_early"] and not row["converged"] and row["normalized_latency"] > 0.5
+
+
+def test_saturated_point_and_fixed_count_point():
+    peak = serving.simulate_point("opt-13b", "sharegpt", "paged", math.inf, num_requests=200)
+    assert peak["num_requests"] == 200 and peak["arrival_seconds"] == 0.0 and peak["throughput_rps"] > 0
+    fixed = serving.simulate_point("opt-13b", "sharegpt", "paged", 2.0, num_requests=50, seed=4)
+    assert fixed["num_requests"] == 50 and math.isnan(fixed["converged"])
+
+
+def test_fastertransformer_has_no_host_costs():
+    assert serving.cost_model_for("opt-13b", "fastertransformer", cpu_scale=2.0).cpu_scale == 0.0
+    assert serving.cost_model_for("opt-13b", "paged", cpu_scale=2.0).cpu_scale == 2.0

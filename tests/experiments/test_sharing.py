@@ -16,11 +16,12 @@ def test_group_options():
 
 def test_sharing_pays_off_more_for_beams_than_for_samples():
     rates = sharing.sustained_rates([("basic", 1), ("beam", 6)], ("paged", "orca-oracle"), num_requests=200,
-                                    hi=30.0, rel_tol=0.1, workers=1)
+                                    saturated_requests=1000, rel_tol=0.1, workers=1)
     gains = sharing.improvement_over_oracle(rates)
     assert list(gains["decoding"]) == ["basic", "beam"]
     beam = gains.set_index("decoding")["improvement"]
-    assert beam["beam"] > 1.5  # Orca reserves every candidate's full length; paged shares the beam tree
+    assert beam["beam"] > 1.4 and beam["beam"] > beam["basic"] + 0.2  # Orca reserves every candidate's full length; paged shares the beam tree
+    assert (rates["sustained_rate"] <= rates["throughput_rps"]).all()
     sweep = sharing.latency_sweep(rates[rates["decoding"] == "beam"], ("paged", "orca-oracle"), fractions=(0.5, 1.0),
                                   num_requests=60, workers=1)
     assert len(sweep) == 4 and set(sweep["width"]) == {6}

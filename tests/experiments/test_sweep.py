@@ -34,10 +34,10 @@ def test_a_local_dask_cluster_gives_the_same_results():
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         assert all(w.startswith("tcp://127.0.0.1:") for w in client.scheduler_info()["workers"])
         on_dask = serving.sweep(POINTS, workers=1).drop(columns=list(serving.WALL_TIME_COLUMNS))
-        rates = serving.sustained_rate(["paged"], num_requests=40, lo=0.5, hi=4.0, rel_tol=0.2)
+        rates = serving.sustained_rate(["paged"], num_requests=40, saturated_requests=40, lo=0.5, rel_tol=0.2)
     pd.testing.assert_frame_equal(on_dask, _local())
-    pd.testing.assert_frame_equal(rates, serving.sustained_rate(["paged"], num_requests=40, lo=0.5, hi=4.0,
-                                                                rel_tol=0.2, workers=1))
+    pd.testing.assert_frame_equal(rates, serving.sustained_rate(["paged"], num_requests=40, saturated_requests=40,
+                                                                lo=0.5, rel_tol=0.2, workers=1))
 
 
 @pytest.mark.slow

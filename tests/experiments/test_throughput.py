@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from paged.experiments import serving, throughput  # noqa: E402
+from paged.experiments import capacity, serving, throughput  # noqa: E402
 from paged.experiments.plotting import save_figure  # noqa: E402
 from paged.workloads.trace import Request  # noqa: E402
 
@@ -36,27 +36,55 @@ def test_rerun_saves_identical_csv(tmp_path):
     assert pa["csv"].read_bytes() == pb["csv"].read_bytes()
 
 
-def test_latency_plot_shows_every_system_with_a_figure_legend():
-    df = pd.DataFrame([{"model": "opt-13b", "trace": t, "system": s, "rate": r, "normalized_latency": lat}
-                       for t in ("sharegpt", "alpaca")
-                       for s, lat in (("fastertransformer", 9.0), ("orca-max", 3.0), ("paged", 0.03))
-                       for r in (1.0, 2.0)])
-    fig = throughput.plot_latency_vs_rate(df)
+def _points():
+    rows = [{"model": m, "trace": t, "system": s, "rate": r, "normalized_latency": lat, "stopped_early": r > 2}
+            for m in ("opt-13b", "opt-66b") for t in ("sharegpt", "alpaca")
+            for s, lat in (("fastertransformer", 0.9), ("orca-max", 0.3), ("paged", 0.03)) for r in (1.0, 2.0, 3.0)]
+    peaks = [{"model": m, "trace": t, "system": s, "rate": float("inf"), "throughput_rps": 2.5}
+             for m in ("opt-13b", "opt-66b") for t in ("sharegpt", "alpaca")
+             for s in ("fastertransformer", "orca-max", "paged")]
+    return pd.DataFrame(rows + peaks)
+
+
+def test_latency_plot_is_a_trace_by_model_grid_with_linear_axes_and_a_figure_legend():
+    fig = throughput.plot_latency_vs_rate(_points())
     try:
+        assert len(fig.axes) == 4
         for ax in fig.axes:
-            assert ax.get_yscale() == "log" and ax.get_legend() is None
-            lo, hi = ax.get_ylim()
-            assert lo <= 0.03 and hi >= 9.0
+            assert ax.get_yscale() == "linear" and ax.get_legend() is None
+            assert ax.get_ylim() == (0.0, 1.0)
+            assert ax.get_xlim()[1] >= 3.0  # reaches past the paper's axis to our points
+        sharegpt13 = fig.axes[0]
+        assert sharegpt13.get_title() == "opt-13b, sharegpt"
+        assert any(abs(line.get_xdata()[0] - 2.0) < 1e-9 for line in sharegpt13.lines
+                   if line.get_linestyle() == "-."), "the paper's 0-2 req/s axis is marked"
         (legend,) = fig.legends
         labels = [t.get_text() for t in legend.get_texts()]
-        assert labels[:3] == ["paged", "orca-max", "fastertransformer"] and "s/token" in labels[3]
+        assert labels[:3] == ["paged", "orca-max", "fastertransformer"] and any(label.startswith("saturated throughput") for label in labels)
     finally:
         plt.close(fig)
-    fig = throughput.plot_latency_vs_rate(df, log_y=False, ylim=(0, 1), threshold=None)
-    assert fig.axes[0].get_yscale() == "linear" and len(fig.legends[0].get_texts()) == 3
+    fig = throughput.plot_latency_vs_rate(_points(), log=True, ylim=None, threshold=None)
+    assert fig.axes[0].get_yscale() == "log" and fig.axes[0].get_xscale() == "log"
     plt.close(fig)
     with pytest.raises(ValueError):
-        throughput.plot_latency_vs_rate(df.iloc[:0])
+        throughput.plot_latency_vs_rate(_points().iloc[:0])
+
+
+def test_batched_requests_plot_marks_the_papers_values():
+    df = pd.DataFrame([{"trace": "sharegpt", "load": "paper", "rate": 2.0, "system": s, "avg_batched_requests": 5.0,
+                        "avg_decode_batched_requests": 6.0, "time_avg_batched_requests": 5.5}
+                       for s in ("paged", "orca-max")])
+    fig = throughput.plot_batched_requests(df)
+    diamonds = [line for line in fig.axes[0].lines if line.get_marker() == "D"]
+    assert list(diamonds[0].get_ydata()) == [30.42, 7.00]
+    plt.close(fig)
+
+
+def test_swap_table_has_in_out_and_both():
+    micro = throughput.swap_recompute_table([16, 64]).pivot_table(index="block_size", columns="operation", values="ms")
+    assert list(micro.columns) == ["recompute", "swap in", "swap in + out", "swap out"]
+    assert (micro["swap in + out"] == micro["swap in"] + micro["swap out"]).all()
+    assert micro.loc[16, "swap out"] > micro.loc[64, "swap out"] and micro.loc[16, "recompute"] == micro.loc[64, "recompute"]
 
 
 def test_kv_footprint_by_hand():
@@ -74,17 +102,34 @@ def test_kv_footprint_by_hand():
         throughput.kv_footprint(trace, block_size=0)
 
 
-def _rates(values, censored=()):
-    return pd.DataFrame([{"system": s, "sustained_rate": r, "censored_at_max": s in censored} for s, r in values.items()])
+def _sustained(values, trace="sharegpt", threshold=0.2):
+    return pd.DataFrame([{"model": "opt-13b", "trace": trace, "system": s, "threshold": threshold, "sustained_rate": r}
+                         for s, r in values.items()])
 
 
-def test_paper_comparison_has_chatbot_ratios():
-    sharegpt = _rates({"paged": 4.0, "orca-oracle": 2.0})
-    batched = pd.DataFrame([{"trace": "sharegpt", "rate": 2.0, "system": "paged", "avg_batched_requests": 15.0}])
-    chat = _rates({"paged": 2.0, "orca-max": 1.0, "orca-pow2": 1.25, "orca-oracle": 8.0}, censored=("orca-oracle",))
-    table = throughput.paper_comparison(sharegpt, batched, chat).set_index("claim")
-    assert table.loc["sustained rate paged ÷ orca-oracle", "this run"].startswith("2.00×")
-    assert table.loc["chatbot sustained rate paged ÷ orca-max (Fig. 17)", "this run"] == "2.00× (2.00 vs 1.00 req/s)"
-    assert table.loc["chatbot sustained rate paged ÷ orca-pow2 (Fig. 17)", "paper"] == "2×"
-    assert table.loc["chatbot sustained rate paged ÷ orca-oracle (Fig. 17)", "this run"].startswith("≤ 0.25×")
-    assert not any("chatbot" in c for c in throughput.paper_comparison(sharegpt, batched).claim)
+def test_ratio_table_by_hand():
+    table = capacity.ratio_table(pd.concat([_sustained({"paged": 4.0, "orca-oracle": 2.0, "orca-max": 0.0}),
+                                            _sustained({"paged": 5.0, "orca-oracle": 4.0, "orca-max": 1.0}, threshold=0.5)]))
+    oracle = table.set_index("baseline").loc["Orca (Oracle)"]
+    assert oracle["÷ at 0.2 s/token"] == 2.0 and oracle["÷ at 0.5 s/token"] == 1.25
+    assert oracle["paper"] == "1.7–2.7×" and oracle["rates at 0.2 (req/s)"] == "4 vs 2"
+    assert table.set_index("baseline").loc["Orca (Max)", "÷ at 0.2 s/token"] == float("inf")
+    with pytest.raises(ValueError):
+        capacity.ratio_table(_sustained({"orca-max": 1.0}))
+
+
+def test_workload_names():
+    assert [capacity.workload(t) for t in ("sharegpt", "alpaca", "alpaca-synthetic", "sharegpt-chat", "x.csv")] == \
+        ["sharegpt", "alpaca", "alpaca", "chatbot", "sharegpt"]
+
+
+def test_paper_comparison_has_ratios_batches_and_chatbot():
+    ratios = capacity.ratio_table(_sustained({"paged": 4.0, "orca-oracle": 2.0}))
+    chat = capacity.ratio_table(_sustained({"paged": 2.0, "orca-max": 1.0}, trace="sharegpt-chat"))
+    batched = pd.DataFrame([{"model": "opt-13b", "trace": "sharegpt", "load": "paper", "rate": 2.0, "cpu_scale": 1.0,
+                             "system": "paged", "avg_batched_requests": 15.0, "avg_decode_batched_requests": 16.0}])
+    table = throughput.paper_comparison(ratios, batched, chat).set_index("claim")
+    assert table.loc["sharegpt: sustained rate paged ÷ Orca (Oracle)", "this run"] == "2.00× (4 vs 2)"
+    assert table.loc["chatbot: sustained rate paged ÷ Orca (Max)", "paper"] == "2×"
+    assert table.loc["avg batched requests, sharegpt@2, paged", "paper"] == "30.42"
+    assert table.loc["avg batched requests, sharegpt@2, paged", "this run"].startswith("16.00 per decode")

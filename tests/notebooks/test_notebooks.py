@@ -21,21 +21,23 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 KERNEL = project_kernel()  # "paged" (make venv installs it), else python3
 #: Notebooks whose parameters carry type annotations (``name: type = value  # help``).
-TYPED = {"00_tour", "01_fragmentation", "04_kernel"}
+TYPED = {"00_tour", "01_fragmentation", "02_sharing", "04_kernel"}
 
 #: Tiny parameters per notebook: seconds, not minutes.
 TINY = {
     "00_tour": {"sched_num_requests": 6},
     "01_fragmentation": {"num_requests": 300, "block_sizes": [8, 16], "kv_cache_gib": 2.0},
-    "02_sharing": {"num_requests": 40, "widths": [2], "systems": ["paged", "orca-oracle"], "max_rate": 8.0,
+    "02_sharing": {"num_requests": 40, "widths": [2], "systems": ["paged", "orca-oracle"],
                    "rate_fractions": [0.5, 1.0], "saving_traces": ["alpaca"], "engine_num_requests": 2,
                    "demo_num_requests": 4, "demo_max_tokens": 2, "demo_rounds": 1, "workers": 1},
-    "03_throughput": {"num_requests": 60, "sharegpt_rates": [1.0, 4.0], "alpaca_rates": [10.0],
-                      "chat_rates": [1.0], "block_sizes": [8, 16], "sustained_max_rate": 4.0, "workers": 1},
+    "03_throughput": {"models": ["opt-13b"], "traces": ["sharegpt"], "curve_fractions": [0.5], "thresholds": [0.2],
+                      "duration_scale": {"sharegpt": 0.02, "alpaca": 0.02, "sharegpt-chat": 0.02},
+                      "cpu_scales": [2.0], "saturated_requests": 200, "block_sizes": [8, 16], "workers": 1},
     "04_kernel": {"device": "cpu", "context_lens": [16, 64], "batch_sizes": [2], "num_heads": 8,
                   "num_kv_heads": 8, "head_size": 64, "repeats": 1},
-    "05_engine": {"num_requests": 6, "kv_cache_tokens": 2048, "sharing_num_requests": 2,
-                  "sharing_max_tokens": 4, "widths": [2], "profile_batch_sizes": [1, 2]},
+    "05_engine": {"num_requests": 6, "kv_cache_tokens": 2048, "rounds": 1, "validation_requests": 6,
+                  "validation_fractions": [0.5], "sharing_num_requests": 2, "sharing_max_tokens": 4, "widths": [2],
+                  "profile_batch_sizes": [1, 2]},
 }
 
 

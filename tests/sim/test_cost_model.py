@@ -64,3 +64,27 @@ def test_call_matches_decode_time(opt13b):
 def test_unknown_model():
     with pytest.raises(ValueError, match="unknown model"):
         get_cost_model("gpt-5")
+
+
+def test_host_costs_scale_with_the_batch_and_with_cpu_scale():
+    none, sourced, double = (get_cost_model("opt-13b", cpu_scale=s) for s in (0.0, 1.0, 2.0))
+    for n, ctx in ((1, 100), (64, 64 * 300), (256, 256 * 300)):
+        extra = sourced.decode_time(n, ctx) - none.decode_time(n, ctx)
+        assert extra == pytest.approx(sourced.host_time(n, n, ctx / 16 + n))
+        assert double.decode_time(n, ctx) - none.decode_time(n, ctx) == pytest.approx(2 * extra)
+    per_seq = (sourced.host_time(256, 256, 0) - sourced.host_time(1, 1, 0)) / 255
+    assert 15e-6 < per_seq < 30e-6  # scheduler 8 + input preparation 6 + sampling 6 µs, plus the copied bytes
+    assert none.host_time(256, 256, 10_000) == 0.0
+    assert sourced.prefill_time([512]) - none.prefill_time([512]) == pytest.approx(sourced.host_time(1, 512, 0))
+
+
+@pytest.mark.parametrize("scale", [-1.0, float("inf"), float("nan")])
+def test_bad_cpu_scale(scale):
+    with pytest.raises(ValueError, match="cpu_scale"):
+        get_cost_model("opt-13b", cpu_scale=scale)
+
+
+def test_host_cost_table_lists_the_sourced_constants():
+    from paged.sim.cost_model import HOST_COSTS, SCHEDULER_PER_SEQ_S
+
+    assert HOST_COSTS["scheduler"] == (SCHEDULER_PER_SEQ_S, "sequence")

@@ -8,6 +8,7 @@ from paged.contiguous import ContiguousKVCacheManager
 from paged.experiments.serving import SYSTEMS, run_system, simulate_point
 from paged.sim.cost_model import get_cost_model
 from paged.sim.simulator import simulate
+from paged.sim.static_batching import simulate_static_batching
 from paged.workloads import Request as Req
 
 
@@ -43,6 +44,15 @@ def test_latency_grows_with_rate_and_paged_batches_more():
 def test_unknown_system():
     with pytest.raises(ValueError, match="unknown system"):
         run_system(synthetic(3), "tgi")
+
+
+def test_static_batching_sums_decode_steps_like_the_step_by_step_loop():
+    cost = get_cost_model("opt-13b", paged_kernel=False, cpu_scale=0.0)
+    trace = [Req(0, 30, 40, 0.0), Req(1, 50, 7, 0.0), Req(2, 20, 1, 0.0)]
+    result = simulate_static_batching(trace, cost, max_batch_size=7)
+    expected = cost.prefill_time([50] * 3) + sum(cost.decode_time(3, 3 * (50 + step)) for step in range(1, 40))
+    assert result.duration == pytest.approx(expected, rel=1e-12)
+    assert all(g.finished_time == result.duration for g in result.groups)
 
 
 # -- sequence groups and shared prefixes at paper scale (issue 10, part 3) ---------------------------
