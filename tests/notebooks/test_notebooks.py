@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 KERNEL = project_kernel()  # "paged" (make venv installs it), else python3
 #: Notebooks whose parameters carry type annotations (``name: type = value  # help``).
-TYPED = {"00_tour", "01_fragmentation", "02_sharing", "04_kernel"}
+TYPED = {"00_tour", "01_fragmentation", "02_sharing", "03_throughput", "04_kernel", "05_engine"}
 
 #: Tiny parameters per notebook: seconds, not minutes.
 TINY = {
