@@ -9,6 +9,10 @@ grown, so a rate above its own peak throughput can look sustained. Here:
   stream of shuffled passes over the named trace (each request used once per pass), both fixed by
   the seed, so a longer run or another rate extends or rescales the same requests: latency vs rate
   is a smooth curve, and the bisection of :mod:`paged.experiments.serving` compares like with like.
+* :data:`MIN_REQUESTS`: at a rate so low that the paper's length holds only a handful of requests
+  (OPT-175B at 0.002 req/s: 2 requests in 15 minutes), the run is lengthened to hold about this many,
+  so the mean is an average over requests, not the luck of a few (a request-level batch's latency
+  depends on which requests share it).
 * :func:`convergence`: a run has converged when the mean normalized latency of the requests that
   arrived in its first half is within :data:`CONVERGENCE_TOL` (relative) or
   :data:`CONVERGENCE_ABS_S` (absolute, s/token) of the mean over all of them, whichever is larger
@@ -30,11 +34,14 @@ import numpy as np
 from paged.workloads import get_trace
 from paged.workloads.trace import Trace
 
-__all__ = ["PAPER_DURATION_S", "CONVERGENCE_TOL", "CONVERGENCE_ABS_S", "MAX_DURATION_FACTOR", "paper_duration", "long_trace",
+__all__ = ["PAPER_DURATION_S", "MIN_REQUESTS", "CONVERGENCE_TOL", "CONVERGENCE_ABS_S", "MAX_DURATION_FACTOR", "paper_duration", "run_duration",
+           "long_trace",
            "convergence", "LatencyBound", "LatencyCapExceeded"]
 
 #: The paper's trace length (§6.1): 1 hour of arrivals; 15 minutes for OPT-175B.
 PAPER_DURATION_S = {"default": 3600.0, "opt-175b": 900.0}
+#: Fewest requests (expected) of a paper-length run: its arrivals last at least this ÷ the rate.
+MIN_REQUESTS = 500
 #: Relative tolerance of the convergence check (module docstring): 10%.
 CONVERGENCE_TOL = 0.10
 #: Absolute tolerance of the convergence check (s/token): a tenth of the smallest threshold
@@ -50,6 +57,12 @@ _CHUNK = 4096
 def paper_duration(model: str) -> float:
     """The paper's trace length for ``model`` (seconds of arrivals)."""
     return PAPER_DURATION_S.get(str(model).lower(), PAPER_DURATION_S["default"])
+
+
+def run_duration(floor: float, rate: float) -> float:
+    """Seconds of arrivals of a run at ``rate`` req/s whose length is at least ``floor`` s and holds
+    about :data:`MIN_REQUESTS` requests or more (module docstring)."""
+    return max(float(floor), MIN_REQUESTS / rate)
 
 
 def long_trace(trace: str, rate: float, duration: float, seed: int = 0, *, tokenizer: str = "gpt2") -> Trace:

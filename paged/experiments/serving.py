@@ -56,7 +56,8 @@ from paged.core.scheduler import PREEMPTION_MODES
 from paged.core.serving_loop import ServingResult
 from paged.experiments.sweep import run_jobs
 from paged.experiments.run_length import (CONVERGENCE_ABS_S, CONVERGENCE_TOL, MAX_DURATION_FACTOR, LatencyBound,
-                                          LatencyCapExceeded, convergence, long_trace, paper_duration)
+                                          LatencyCapExceeded, convergence, long_trace, paper_duration,
+                                          run_duration)
 from paged.sim.cost_model import CostModel, get_cost_model
 from paged.sim.simulator import groups_from_trace, simulate
 from paged.sim.static_batching import simulate_static_batching
@@ -186,7 +187,8 @@ def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str 
 
     Args:
         num_requests: None (default): a paper-length run (module docstring): at least
-            ``min_duration`` s of arrivals (default the paper's, :func:`paper_duration`), doubled
+            ``min_duration`` s of arrivals (default the paper's, :func:`paper_duration`) and about
+            :data:`~paged.experiments.run_length.MIN_REQUESTS` requests (:func:`run_duration`), doubled
             once if the latency has not converged and is at most ``extend_below`` (s/token)
             (:data:`paged.experiments.run_length.MAX_DURATION_FACTOR`). An int: exactly that many requests (:func:`paged.workloads.get_trace`), no check.
             With ``rate=inf``: the saturated-throughput run (default :data:`SATURATED_REQUESTS`).
@@ -232,7 +234,8 @@ def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str 
         floor = paper_duration(cost.model.name) * duration_scale if min_duration is None else float(min_duration)
         if not floor > 0:
             raise ValueError(f"min_duration must be > 0 seconds, got {min_duration!r}")
-        row["min_duration"] = duration = floor
+        row["min_duration"] = floor
+        duration = start_duration = run_duration(floor, rate)
         while True:
             requests = long_trace(trace, rate, duration, seed, tokenizer=tokenizer)
             if record_sharing is None:
@@ -241,7 +244,7 @@ def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str 
             first, mean = out["first_half_latency"], out["normalized_latency"]
             converged = not early and abs(mean - first) <= max(CONVERGENCE_TOL * mean, CONVERGENCE_ABS_S)
             overloaded = early or (mean > extend_below and mean >= first)  # longer only raises it
-            if converged or overloaded or duration >= floor * MAX_DURATION_FACTOR:
+            if converged or overloaded or duration >= start_duration * MAX_DURATION_FACTOR:
                 break
             duration *= 2
         row.update(num_requests=len(requests), arrival_seconds=duration, converged=converged)
