@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kv-cache-tokens", type=positive_int, default=8192, help="KV budget for every system (tokens)")
     parser.add_argument("--block-size", type=positive_int, default=16)
     parser.add_argument("--seed", type=seed_int, default=0)
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--systems", default="paged,orca-max,hf-generate-batch",
+                        help=f"comma-separated, of {', '.join(SYSTEMS)} (default: the ratios the README quotes)")
     parser.add_argument("--threads", type=nonnegative_int, default=1,
                         help="torch threads for every system (1: steady on a shared CPU; 0: torch's default)")
     parser.add_argument("--rounds", type=positive_int, default=5, help="interleaved rounds (≥ 5 for a median)")

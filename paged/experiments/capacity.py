@@ -21,6 +21,7 @@ import pandas as pd
 
 from paged.experiments.paper import FIG12_ALPACA_RATIOS, FIG12_SUSTAINED_RATIOS, FIG17_CHATBOT_RATIO
 from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, THRESHOLDS, sustained_rate, sweep
+from paged.sim.cost_model import get_cost_model
 from paged.systems import get_system
 
 __all__ = ["workload", "capacity", "ratio_table", "sensitivity", "peak_sensitivity", "batched_requests",
@@ -147,20 +148,43 @@ def sensitivity(base: pd.DataFrame, *, scales=(0.0, 2.0), threshold: float = LAT
 
 
 def peak_sensitivity(traces, systems, *, model: str = "opt-13b", scales=(0.0, 1.0, 2.0),
-                     saturated_requests: int = SATURATED_REQUESTS, workers: int = 2, **settings) -> pd.DataFrame:
+                     saturated_requests: int = SATURATED_REQUESTS, workers: int = 2,
+                     known: pd.DataFrame | None = None, **settings) -> pd.DataFrame:
     """Paged's saturated throughput ÷ each baseline's at each host-cost scale (cheap: one run each).
+
+    A system without host costs (FasterTransformer: :func:`~paged.experiments.serving.cost_model_for`)
+    runs once, its peak the same at every scale. ``known``: rows with ``model``, ``trace``,
+    ``system``, ``cpu_scale`` and ``throughput_rps`` (e.g. :func:`capacity`'s sustained table, whose
+    peaks are these saturated runs) are reused, not run again.
 
     Returns:
         One row per (trace, cpu_scale, baseline): ``peak ÷`` and both peaks (req/s).
     """
-    peaks = sweep([dict(model=model, trace=t, system=s, rate=math.inf, num_requests=saturated_requests, cpu_scale=c,
-                        **settings) for t in traces for s in systems for c in scales],
-                  workers=workers, desc="peak throughput × host costs")
+    name = get_cost_model(model).model.name
+
+    def key(trace, system, scale):  # a request-level system's peak does not depend on the scale
+        return (trace, system, None if get_system(system).batching == "request" else float(scale))
+
+    have = {}
+    if known is not None and len(known):
+        for r in known[known["model"] == name].itertuples():
+            have[key(r.trace, r.system, r.cpu_scale)] = float(r.throughput_rps)
+    jobs = {}
+    for t in traces:
+        for s in systems:
+            for c in scales:
+                if key(t, s, c) not in have and key(t, s, c) not in jobs:
+                    jobs[key(t, s, c)] = dict(model=model, trace=t, system=s, rate=math.inf,
+                                              num_requests=saturated_requests, cpu_scale=c, **settings)
+    if jobs:
+        runs = sweep(list(jobs.values()), workers=workers, desc="peak throughput × host costs")
+        have.update(zip(jobs, runs["throughput_rps"].astype(float)))
     rows = []
-    for (trace, scale), part in peaks.groupby(["trace", "cpu_scale"], sort=False):
-        peak = part.set_index("system")["throughput_rps"]
-        rows += [{"trace": trace, "cpu_scale": scale, "baseline": get_system(s).label, "peak ÷": peak["paged"] / peak[s],
-                  "paged peak": peak["paged"], "baseline peak": peak[s]} for s in peak.index if s != "paged"]
+    for t in traces:
+        for c in scales:
+            paged = have[key(t, "paged", c)]
+            rows += [{"trace": t, "cpu_scale": c, "baseline": get_system(s).label, "peak ÷": paged / have[key(t, s, c)],
+                      "paged peak": paged, "baseline peak": have[key(t, s, c)]} for s in systems if s != "paged"]
     return pd.DataFrame(rows)
 
 

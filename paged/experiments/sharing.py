@@ -197,16 +197,17 @@ def shared_prefix_sweep(rates: pd.DataFrame, *, fractions=(0.2, 0.4, 0.6, 0.8, 1
     return df
 
 
-def length_summary(traces=("alpaca", "sharegpt"), num_requests: int = 1000, seed: int = 0,
-                   block_size: int = 16) -> pd.DataFrame:
+def length_summary(traces=("alpaca-bare", "sharegpt"), num_requests: int = 1000, seed: int = 0,
+                   block_size: int = 16, tokenizer: str = "gpt2") -> pd.DataFrame:
     """What parallel sampling can share, per trace: mean prompt and output lengths (tokens) and the
     share of a request's blocks at its final length that are full prompt blocks (the blocks its
-    samples share), ``Σ floor(prompt / bs) ÷ Σ ceil((prompt + output) / bs)``."""
+    samples share), ``Σ floor(prompt / bs) ÷ Σ ceil((prompt + output) / bs)``; lengths counted with
+    ``tokenizer`` (GPT-2's BPE, as the simulations)."""
     from paged.workloads import get_trace
 
     rows = []
     for name in traces:
-        t = get_trace(name, num_requests, seed=seed)
+        t = get_trace(name, num_requests, seed=seed, tokenizer=tokenizer)
         shared = sum(r.prompt_len // block_size for r in t)
         total = sum(-(-(r.prompt_len + r.output_len) // block_size) for r in t)
         rows.append({"trace": name, "mean_prompt_len": t.mean_prompt_len, "mean_output_len": t.mean_output_len,

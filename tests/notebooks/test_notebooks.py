@@ -27,7 +27,7 @@ TYPED = {"00_tour", "01_fragmentation", "02_sharing", "03_throughput", "04_kerne
 TINY = {
     "00_tour": {"sched_num_requests": 6},
     "01_fragmentation": {"num_requests": 300, "block_sizes": [8, 16], "kv_cache_gib": 2.0},
-    "02_sharing": {"num_requests": 40, "widths": [2], "systems": ["paged", "orca-oracle"],
+    "02_sharing": {"num_requests": 40, "saturated_requests": 200, "saving_num_requests": 40, "widths": [2], "systems": ["paged", "orca-oracle"],
                    "rate_fractions": [0.5, 1.0], "saving_traces": ["alpaca"], "engine_num_requests": 2,
                    "demo_num_requests": 4, "demo_max_tokens": 2, "demo_rounds": 1, "workers": 1},
     "03_throughput": {"models": ["opt-13b"], "traces": ["sharegpt"], "curve_fractions": [0.5], "thresholds": [0.2],
