@@ -28,6 +28,7 @@ import statistics
 import pandas as pd
 
 from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, sustained_rate, sweep
+from paged.experiments.sweep import run_jobs
 from paged.workloads.named import NAMED_TRACES
 
 __all__ = ["FIG14_SYSTEMS", "FIG14_SETTINGS", "FIG16_TRACES", "FIG16_SYSTEMS", "group_options", "sustained_rates",
@@ -68,12 +69,13 @@ def sustained_rates(settings=FIG14_SETTINGS, systems=FIG14_SYSTEMS, *, model: st
     setting, by bisection on ``[0, saturated throughput]`` with ``num_requests``-request runs (the
     throughput from one run of ``saturated_requests`` arriving at once); columns ``decoding``, ``width``, ``system``, ``sustained_rate``,
     ``throughput_rps``, ``at_throughput``, ``threshold``."""
-    frames = []
-    for decoding, width in settings:
-        df = sustained_rate(systems, model=model, trace=trace, lo=lo, thresholds=(threshold,), num_requests=num_requests,
-                            saturated_requests=saturated_requests, seed=seed, rel_tol=rel_tol, workers=workers,
-                            block_size=block_size, groups=group_options(decoding, width))
-        frames.append(df.assign(decoding=decoding, width=width))
+    common = dict(model=model, trace=trace, lo=lo, thresholds=(threshold,), num_requests=num_requests,
+                  saturated_requests=saturated_requests, seed=seed, rel_tol=rel_tol, workers=1, block_size=block_size)
+    jobs = [dict(systems=[system], groups=group_options(decoding, width), **common)
+            for decoding, width in settings for system in systems]  # one job per search: the workers stay busy
+    results = run_jobs(sustained_rate, jobs, workers=workers, desc="Fig. 14 sustained rates")
+    frames = [df.assign(decoding=decoding, width=width)
+              for df, (decoding, width) in zip(results, [(d, w) for d, w in settings for _ in systems])]
     out = pd.concat(frames, ignore_index=True)
     return out[["model", "trace", "decoding", "width", "system", "sustained_rate", "throughput_rps", "at_throughput",
                 "threshold"]]
