@@ -68,10 +68,13 @@ def positive_float(text: str) -> float:
 
 
 def _json(result: dict) -> str:
-    """One JSON object; a non-finite float (a rate of inf) is written as the string "inf" (valid JSON)."""
+    """One JSON object; an infinite float (a rate of inf) is written as the string "inf", a NaN (a
+    value that does not apply, e.g. ``converged`` of a fixed-count run) as null (valid JSON)."""
     def clean(value):
         if isinstance(value, dict):
             return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, float) and math.isnan(value):
+            return None
         if isinstance(value, float) and not math.isfinite(value):
             return str(value)
         return value
