@@ -96,13 +96,14 @@ class PagedKVCacheManager:
         group in a row (budget, fit, allocation); the plan is reused while nothing has changed (every
         method that changes a block table or the cache counts a new version)."""
         memo = self._memo
-        state = (id(seq_group), self._version)
-        if memo is not None and memo[0] == state:
-            return memo[1]
+        # Keyed on the group object itself, not id(): the memo holds a reference, so a discarded
+        # group's address cannot be reused by a new group that would then get the stale plan.
+        if memo is not None and memo[0] is seq_group and memo[1] == self._version:
+            return memo[2]
         plan = plan_prefill(seq_group, block_size=self.block_size, allocator=self.gpu_allocator,
                             layouts=self._layouts, reserved=self._reserved,
                             cache_hits=self._chains.cache_hits if self._chains else None)
-        self._memo = (state, plan)
+        self._memo = (seq_group, self._version, plan)
         return plan
 
     # -- admission --------------------------------------------------------------------

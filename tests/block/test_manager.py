@@ -308,3 +308,18 @@ def test_reserved_prefix_is_shared_by_every_request():
         mgr.free(g.seqs[0])
     assert mgr.get_num_free_gpu_blocks() == 30  # the reserved prefix stays pinned
     assert mgr.sharing_counts() == (0, 0)
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_a_new_group_never_gets_a_discarded_groups_plan(caching):
+    """The prefill plan is remembered between the scheduler's questions; a group refused and dropped
+    must not hand its plan to the next group (CPython reuses a freed object's address at once, so a
+    memo keyed on id() did, making answers depend on memory layout)."""
+    mgr = PagedKVCacheManager(8, 4, watermark=0.0, enable_prefix_caching=caching)
+    for i in range(40):
+        big = i % 2 == 0  # 40 tokens: 10 blocks, more than the 8 there are; 4 tokens: 1 block
+        n = 40 if big else 4
+        group = SequenceGroup(i, 0.0, [Sequence(i, n, token_ids=list(range(n)))], 4)
+        expected = AllocStatus.NEVER if big else AllocStatus.OK
+        assert mgr.can_allocate(group) is expected
+        del group  # dropped unscheduled, as the test state machine and a caller may do
