@@ -125,15 +125,16 @@ def plot_prefix_caching(demo: pd.DataFrame):
     return fig
 
 
-def _at_sustained_rate(sweep: pd.DataFrame | None, decoding: str, width: int) -> str:
-    """What the Fig. 14 sweep measured at paged's sustained rate: each system's mean batch, paged's preemptions."""
+def _at_sustained_rate(sweep: pd.DataFrame | None, decoding: str, width: int, sustained: float) -> str:
+    """What the Fig. 14 sweep measured at paged's sustained rate (``sustained`` req/s; the sweep's rate
+    nearest it, its 1.0 fraction): each system's mean batch, paged's preemptions."""
     if sweep is None:
         return ""
     part = sweep[(sweep["decoding"] == decoding) & (sweep["width"] == width)]
     paged = part[part["system"] == "paged"]
     if not len(paged):
         return ""
-    top = paged["rate"].iloc[len(paged) * 5 // 6 - 1] if len(paged) >= 6 else paged["rate"].max()
+    top = float(paged["rate"].iloc[(paged["rate"] - sustained).abs().argmin()])
     at = part[part["rate"] == top].set_index("system")
     if "orca-oracle" not in at.index:
         return ""
@@ -158,12 +159,13 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, engine: pd.DataF
             at paged's sustained rate (the 1.0 fraction of the default grid) go into the causes.
     """
     g = gains.set_index(["decoding", "width"])["improvement"]
+    paged_rate = gains.set_index(["decoding", "width"])["paged"] if sweep is not None else None
     rows = []
     alpaca_note = f"Alpaca lengths here: {alpaca_source[:90]}"
     sim_note = ("simulated OPT-13B server (time from the cost model, memory from the real managers); "
                 "beams replay the shipped tiny model's recorded searches")
     for (d, w), v in g.items():
-        measured = _at_sustained_rate(sweep, d, w)
+        measured = _at_sustained_rate(sweep, d, w, float(paged_rate[d, w])) if sweep is not None else ""
         if d == "basic":
             claim, paper = "Fig. 14: paged / Orca (Oracle) sustained rate, one sample", \
                 f"{FIG14_GAIN_OVER_ORACLE['basic sampling']}x"

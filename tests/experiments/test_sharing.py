@@ -61,3 +61,13 @@ def test_demo_summary_and_paper_table():
     assert list(table.columns) == ["claim", "paper", "this run", "why it differs"]
     assert table["this run"].str.contains("2.00x").any() and table["paper"].str.contains("2.3x").any()
     assert table["this run"].str.contains("not run").sum() == 2  # both Fig. 16 rows say they were skipped
+
+
+def test_the_table_quotes_the_sweep_at_pageds_sustained_rate_whatever_the_grid():
+    gains = pd.DataFrame([{"decoding": "beam", "width": 2, "paged": 10.0, "orca-oracle": 5.0, "improvement": 2.0}])
+    rows = [{"decoding": "beam", "width": 2, "system": s, "rate": round(f * 10.0, 4), "normalized_latency": 0.1,
+             "avg_batched_requests": batch * f, "num_preemptions": 3}
+            for s, batch in (("paged", 40.0), ("orca-oracle", 20.0)) for f in (0.3, 1.0, 1.7)]  # 3 fractions, not 6
+    saving = pd.DataFrame(columns=["trace", "decoding", "width", "saving_percent"])
+    table = sharing_figures.paper_comparison(gains, saving, None, None, None, "", pd.DataFrame(rows))
+    assert "at 10 req/s: mean batch 40.0 (paged) vs 20.0 (Oracle)" in table["why it differs"].iloc[0]
