@@ -46,6 +46,7 @@ changes between identical runs; leave it out of saved tables.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from itertools import product
 
@@ -215,6 +216,13 @@ def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str 
     Raises:
         ValueError: for unknown names or bad numbers.
     """
+    if system not in SYSTEMS:  # before the registry's lookup, whose list also has the engine-only systems
+        raise ValueError(f"unknown system {system!r} for the simulator; choose one of {SYSTEMS}")
+    if not rate > 0:  # NaN fails too
+        raise ValueError(f"rate must be > 0 requests/s (or inf), got {rate!r}")
+    if num_requests is not None and (isinstance(num_requests, bool) or not isinstance(num_requests, numbers.Integral)
+                                     or num_requests < 1):
+        raise ValueError(f"num_requests must be an integer ≥ 1 (or None: a paper-length run), got {num_requests!r}")
     cost = cost_model_for(model, system, block_size, cpu_scale)  # built outside the timed region
     row = {"model": cost.model.name, "trace": str(trace), "system": system, "rate": rate, "seed": seed,
            "block_size": block_size, "preemption": preemption, "cpu_scale": cpu_scale,

@@ -141,3 +141,11 @@ def test_saturated_point_and_fixed_count_point():
 def test_fastertransformer_has_no_host_costs():
     assert serving.cost_model_for("opt-13b", "fastertransformer", cpu_scale=2.0).cpu_scale == 0.0
     assert serving.cost_model_for("opt-13b", "paged", cpu_scale=2.0).cpu_scale == 2.0
+
+
+@pytest.mark.parametrize("kwargs,match", [(dict(num_requests=0), "num_requests"), (dict(num_requests=2.5), "num_requests"),
+                                          (dict(rate=math.nan), "rate must be > 0"), (dict(rate=-1.0), "rate must be > 0"),
+                                          (dict(system="hf-generate"), "for the simulator")])
+def test_simulate_point_refuses_bad_input_naming_it(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        serving.simulate_point(**kwargs)
