@@ -158,6 +158,30 @@ class BlockTable:
             blocks.append(allocator.allocate())
         return copies
 
+    def try_grow_to(self, num_tokens: int) -> list[tuple[int, int]] | None:
+        """Room for ``num_tokens`` tokens in all (:meth:`append_tokens` of the difference) if the
+        allocator's free blocks cover what it takes (:meth:`num_new_blocks`), else None and nothing
+        changes: the check and the append of a decode step in one call. O(1) plus the new blocks.
+
+        Raises:
+            ValueError: if ``num_tokens`` is below the tokens the table holds; TypeError as
+                :meth:`append_tokens`.
+        """
+        grow = num_tokens - self._num_tokens
+        if grow <= 0:
+            if grow:
+                raise ValueError(f"cannot shrink a table of {self._num_tokens} tokens to {num_tokens}")
+            return []
+        blocks = self._blocks
+        # Fast path: fits in the last block, held by this table alone (is_private, inlined: once per
+        # running sequence per decode step).
+        if num_tokens <= len(blocks) * self._block_size and self._allocator._ref_counts[blocks[-1]] == 1:
+            self._num_tokens = num_tokens
+            return []
+        if self.num_new_blocks(grow) > self._allocator.num_free_blocks:
+            return None
+        return self.append_tokens(grow)
+
     def fork(self) -> BlockTable:
         """A child table sharing every block of this one (each count +1); allocates nothing.
 

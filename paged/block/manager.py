@@ -245,6 +245,42 @@ class PagedKVCacheManager:
         running = [seq for seq in seqs if seq.status is SequenceStatus.RUNNING]
         return self._append_blocks_needed(running, self.gpu_allocator) <= self.gpu_allocator.num_free_blocks
 
+    def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
+        """:meth:`can_append_slots` then :meth:`append_slots` for each group in order, until a group
+        does not fit: ``(groups done, copy-on-write pairs)`` (:class:`paged.core.KVCacheManager`; the
+        decode step's hot path). O(sequences); a sequence that stays inside its private last block
+        costs two O(1) table calls."""
+        self._version += 1
+        tables = self.block_tables
+        allocator = self.gpu_allocator
+        chains = self._chains
+        running = SequenceStatus.RUNNING
+        copies: list[tuple[int, int]] = []
+        for done, group in enumerate(seq_groups):
+            seqs = group.seqs
+            if len(seqs) == 1:
+                seq = seqs[0]
+                table = tables[seq.seq_id]
+                if seq.status is not running:  # nothing to append (but a group that could not is stopped at)
+                    grow = seq.num_tokens - table.num_tokens
+                    if grow and table.num_new_blocks(grow) > allocator.num_free_blocks:
+                        return done, copies
+                    continue
+                added = table.try_grow_to(seq.prompt_len + seq.num_generated)
+                if added is None:
+                    return done, copies
+                if added:
+                    copies.extend(added)
+                if chains is not None:
+                    chains.register_full_blocks(seq, table)
+            else:
+                members = [seq for seq in seqs if seq.status is running]
+                if self._append_blocks_needed(members, allocator) > allocator.num_free_blocks:
+                    return done, copies
+                for seq in members:
+                    copies.extend(self.append_slots(seq))
+        return len(seq_groups), copies
+
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
         """Room for ``seq.num_tokens`` tokens; copy-on-write pairs to apply (§4.4). With prefix caching,
         blocks that fill up are registered. O(new blocks).

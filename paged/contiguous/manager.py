@@ -146,6 +146,18 @@ class ContiguousKVCacheManager:
             if seq.status is SequenceStatus.RUNNING
         )
 
+    def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
+        """``(groups done, [])``: the groups, in order, up to the first whose running sequences do not
+        all stay inside their reservations (nothing to allocate; :class:`paged.core.KVCacheManager`,
+        the decode step's hot path). O(sequences)."""
+        reservations = self.reservations
+        running = SequenceStatus.RUNNING
+        for done, group in enumerate(seq_groups):
+            for seq in group.seqs:
+                if seq.status is running and seq.prompt_len + seq.num_generated > reservations[seq.seq_id][1]:
+                    return done, []
+        return len(seq_groups), []
+
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
         """Nothing to allocate: the reservation already covers the token. Returns ``[]``.
 

@@ -127,6 +127,13 @@ class KVCacheManager(Protocol):
         """Make room for ``seq.num_tokens`` tokens; return copy-on-write ``(src, dst)`` pairs."""
         ...
 
+    def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
+        """Room for the next token of every running sequence, group by group in order, stopping at the
+        first group that does not fit (it and the later groups unchanged): ``(groups done,
+        copy-on-write pairs)``. The same as :meth:`can_append_slots` then :meth:`append_slots` for
+        each group up to that one, in one call (the decode step's hot path)."""
+        ...
+
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Let ``child`` share (paged) or copy (contiguous) ``parent``'s KV space."""
         ...

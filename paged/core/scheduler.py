@@ -151,13 +151,25 @@ class Scheduler:
         return bool(self.waiting or self.running or self.swapped)
 
     def num_running_seqs(self) -> int:
-        """Running sequences across all running groups."""
-        return sum(g.num_seqs(SequenceStatus.RUNNING) for g in self.running)
+        """Running sequences across all running groups. O(groups) for one-sequence groups."""
+        running = SequenceStatus.RUNNING
+        count = 0
+        for group in self.running:
+            seqs = group.seqs
+            if len(seqs) == 1:
+                count += seqs[0].status is running
+            else:
+                count += sum(1 for seq in seqs if seq.status is running)
+        return count
 
     def num_reserved_seqs(self) -> int:
         """Sequences the running groups will run at once (each group's ``peak_num_seqs``), which
-        ``max_num_seqs`` bounds: a beam group counts its width from its prefill on."""
-        return sum(g.peak_num_seqs for g in self.running)
+        ``max_num_seqs`` bounds: a beam group counts its width from its prefill on. O(groups)."""
+        count = 0
+        for group in self.running:
+            held, peak = len(group.seqs), group.max_num_seqs
+            count += held if held > peak else peak
+        return count
 
     # -- one iteration ----------------------------------------------------------------
     def schedule(self) -> SchedulerOutputs:
@@ -207,20 +219,18 @@ class Scheduler:
 
     def _schedule_decodes(self) -> SchedulerOutputs:
         outputs = SchedulerOutputs([], is_prefill=False)
-        queue = deque(self.running)  # earliest arrival first
+        groups = self.running  # earliest arrival first
+        manager = self.kv_manager
         kept: list[SequenceGroup] = []
-        while queue:
-            group = queue.popleft()
-            while not self.kv_manager.can_append_slots(group):
-                victim = queue.pop() if queue else group  # the latest arrival goes first
-                self._preempt(victim, outputs)
-                if victim is group:
-                    break
-            else:
-                for seq in group.seqs:
-                    if seq.status is SequenceStatus.RUNNING:
-                        outputs.blocks_to_copy.extend(self.kv_manager.append_slots(seq))
-                kept.append(group)
+        lo, hi = 0, len(groups)  # groups[lo:hi] are still to place; groups[hi:] were preempted
+        while lo < hi:
+            done, copies = manager.append_slots_in_order(groups[lo:hi])  # the groups that fit, in one call
+            outputs.blocks_to_copy.extend(copies)
+            kept.extend(groups[lo:lo + done])
+            lo += done
+            if lo < hi:  # groups[lo] does not fit: preempt the latest arrival (itself when it is the last)
+                hi = hi - 1 if hi - 1 > lo else lo
+                self._preempt(groups[hi], outputs)
         self.running = kept
         if not outputs.preempted:
             self._schedule_swap_in(outputs)
@@ -279,7 +289,15 @@ class Scheduler:
 
     def free_finished_seq_groups(self) -> list[SequenceGroup]:
         """Drop finished groups from the running list and return them."""
-        finished = [g for g in self.running if g.is_finished()]
+        finished: list[SequenceGroup] = []
+        kept: list[SequenceGroup] = []
+        done = SequenceStatus.FINISHED
+        for group in self.running:  # one pass; a one-sequence group inline (every group, most iterations)
+            seqs = group.seqs
+            if (seqs[0].status is done) if len(seqs) == 1 else group.is_finished():
+                finished.append(group)
+            else:
+                kept.append(group)
         if finished:
-            self.running = [g for g in self.running if not g.is_finished()]
+            self.running = kept
         return finished

@@ -64,6 +64,7 @@ def decode_run(
     seqs = []
     ns = []  # tokens of each group's running sequences
     kmax = None
+    context = 0
     running = SequenceStatus.RUNNING
     for group in groups:
         if getattr(group, "beam", None) is not None:
@@ -71,42 +72,46 @@ def decode_run(
         if len(group.seqs) == 1:
             seq = group.seqs[0]
             seqs.append(seq)
+            n = seq.prompt_len + seq.num_generated
+            context += n
         else:
             members = [s for s in group.seqs if s.status is running]
             seq = members[0]
-            if any(s.num_tokens != seq.num_tokens for s in members):
+            n = seq.num_tokens
+            if any(s.num_tokens != n for s in members):
                 return None
             seqs.extend(members)
-        ns.append(seq.num_tokens)
+            context += n * len(members)
+        ns.append(n)
         left = group.output_len - seq.num_generated
         if kmax is None or left < kmax:
             kmax = left
     num_seqs = len(seqs)
-    kmax = manager.decode_run_limit(seqs, kmax)
     # The clock, iteration by iteration, exactly as the step-by-step loop adds it.
-    context = sum(seq.num_tokens for seq in seqs)
-    k = 0
-    first_end = None
-    while True:
-        now += decode_time(num_seqs, context)
-        k += 1
-        if first_end is None:
-            first_end = now
-        if k >= kmax or next_arrival_time <= now:
-            break
-        context += num_seqs
+    now += decode_time(num_seqs, context)
+    first_end = now
+    k = 1
+    if kmax > 1 and next_arrival_time > now:  # a run longer than one iteration is possible
+        kmax = manager.decode_run_limit(seqs, kmax)
+        while k < kmax:
+            context += num_seqs
+            now += decode_time(num_seqs, context)
+            k += 1
+            if next_arrival_time <= now:
+                break
     if memory is not None:
         memory.add_usage(manager.decode_run_usage(groups, ns, k), k)
     for group in groups:
         if group.first_token_time is None:
             group.first_token_time = first_end
+        output_len = group.output_len
         for seq in group.seqs:
             if seq.status is not running:
                 continue
-            seq.num_generated += k - 1
             if k > 1:
+                seq.num_generated += k - 1
                 manager.append_slots(seq)  # room for the last iteration's tokens, in one call
             seq.num_generated += 1
-            if seq.num_generated >= group.output_len:
+            if seq.num_generated >= output_len:
                 scheduler.finish_seq(seq)
     return now, k

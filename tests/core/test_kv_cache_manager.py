@@ -185,3 +185,58 @@ def test_swapping_is_consistent(system):
     assert manager.can_swap_in(g) is AllocStatus.OK
     back = manager.swap_in(g)
     assert len(back) == len(before)
+
+
+@pytest.mark.parametrize("system,fork_first", [("paged", False), ("paged", True), ("orca-oracle", False),
+                                               ("orca-pow2", False), ("orca-max", False)])
+def test_append_slots_in_order_is_group_by_group_until_one_does_not_fit(system, fork_first):
+    """The decode hot path equals can_append_slots then append_slots per group, stopping at the first
+    group that does not fit (that group and the later ones untouched): paged blocks run out, and
+    sequences outgrow their Orca reservations (they generate past the output length they reserved)."""
+    def build():
+        manager = make_kv_manager(system, (24 if system == "paged" else 40) * BLOCK, block_size=BLOCK, max_seq_len=128,
+                                  contiguous_block_size=BLOCK)
+        groups = []
+        shapes = [(31, 40), (16, 40), (5, 60), (47, 40), (20, 30), (9, 50)] if system == "paged" else \
+            [(31, 20), (16, 40), (5, 10), (20, 30)]
+        for i, (prompt, output) in enumerate(shapes):
+            g = group(i, prompt, output)
+            admit(manager, g)
+            if fork_first and i == 0:
+                child = Sequence(100, prompt)
+                manager.fork(g.seqs[0], child)
+                child.status = SequenceStatus.RUNNING
+                g.seqs.append(child)
+            groups.append(g)
+        return manager, groups
+
+    fast, slow = build(), build()
+    stops = 0
+    for step in range(110):  # Orca (Max) reserves 128 slots: its sequences outgrow them too
+        if not fast[1]:
+            break
+        for manager, groups in (fast, slow):
+            for g in groups:
+                for s in g.seqs:
+                    s.append_token()
+        done, copies = fast[0].append_slots_in_order(fast[1])
+        expected, ref = 0, []
+        for g in slow[1]:
+            if not slow[0].can_append_slots(g):
+                break
+            for s in g.seqs:
+                ref.extend(slow[0].append_slots(s))
+            expected += 1
+        assert (done, copies) == (expected, ref), step
+        assert [fast[0].get_block_table(s) for g in fast[1] for s in g.seqs] == \
+            [slow[0].get_block_table(s) for g in slow[1] for s in g.seqs]
+        if done < len(fast[1]):  # the rest is left as it was: drop the latest group from both, as a preemption would
+            stops += 1
+            for manager, groups in (fast, slow):
+                last = groups.pop()
+                for s in last.seqs:
+                    manager.free(s)
+                for g in groups:
+                    for s in g.seqs:
+                        s.num_generated -= 1
+    assert stops >= 2  # the case that matters was met
