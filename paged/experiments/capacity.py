@@ -189,13 +189,15 @@ def peak_sensitivity(traces, systems, *, model: str = "opt-13b", scales=(0.0, 1.
 
 
 def batched_requests(loads: dict, systems, *, model: str = "opt-13b", scales=(1.0,), workers: int = 2,
-                     **kwargs) -> pd.DataFrame:
+                     known: pd.DataFrame | None = None, **kwargs) -> pd.DataFrame:
     """Fig. 13: paper-length runs of ``systems`` at each load, per host-cost scale.
 
     Args:
         loads: ``{(trace, label): rate}``, e.g. ``{("sharegpt", "paper"): 2.0, ("sharegpt", "paged's knee"): 3.7}``.
         kwargs: to :func:`~paged.experiments.serving.simulate_point` (``seed``, ...); a dict
             ``duration_scale`` gives it per trace.
+        known: earlier rows (e.g. :func:`capacity`'s points): a run among them is not repeated
+            (:func:`~paged.experiments.serving.reusable`).
 
     Returns:
         :func:`~paged.experiments.serving.sweep` rows with a ``load`` column; the batch columns are
@@ -208,4 +210,4 @@ def batched_requests(loads: dict, systems, *, model: str = "opt-13b", scales=(1.
                 points.append(dict(model=model, trace=trace, system=s, rate=float(rate), cpu_scale=scale,
                                    **_per_trace(kwargs, trace)))
                 labels.append(label)
-    return sweep(points, workers=workers, desc="Fig. 13").assign(load=labels)
+    return sweep(points, workers=workers, desc="Fig. 13", known=known).assign(load=labels)

@@ -66,7 +66,7 @@ from paged.systems import PAPER_SYSTEMS, get_system, make_kv_manager
 from paged.workloads import get_trace
 
 __all__ = ["SYSTEMS", "TRACES", "LATENCY_THRESHOLD", "THRESHOLDS", "SATURATED_REQUESTS", "CPU_SWAP_BYTES",
-           "WALL_TIME_COLUMNS", "cost_model_for", "run_system", "metrics", "simulate_point", "sweep",
+           "WALL_TIME_COLUMNS", "cost_model_for", "run_system", "metrics", "simulate_point", "sweep", "reusable",
            "sustained_rate"]
 
 #: The systems simulated here: the paper's, from the one registry (:data:`paged.systems.PAPER_SYSTEMS`).
@@ -266,12 +266,71 @@ def _shares(requests, groups: dict) -> bool:
         getattr(r, "prefix_len", 0) for r in requests)
 
 
-def sweep(points: list[dict], workers: int = 2, desc: str = "simulate") -> pd.DataFrame:
+def sweep(points: list[dict], workers: int = 2, desc: str = "simulate", known: pd.DataFrame | None = None) -> pd.DataFrame:
     """:func:`simulate_point` for every dict of keyword arguments in ``points``, in parallel.
 
-    Nothing is cached between calls. Returns one row per point, in the order given.
+    Args:
+        known: rows of earlier runs (:func:`sweep`, the points of :func:`sustained_rate`); a point
+            whose run one of them already is (:func:`reusable`) takes that row instead of running
+            again. Nothing else is cached between calls.
+
+    Returns:
+        One row per point, in the order given.
     """
-    return pd.DataFrame(run_jobs(simulate_point, points, workers=workers, desc=desc))
+    rows: list[dict | None] = [reusable(point, known) for point in points]
+    todo = [i for i, row in enumerate(rows) if row is None]
+    for i, row in zip(todo, run_jobs(simulate_point, [points[i] for i in todo], workers=workers, desc=desc)):
+        rows[i] = row
+    return pd.DataFrame(rows)
+
+
+#: What makes two :func:`simulate_point` runs the same run: their rows' columns (``num_requests``
+#: only when given: a paper-length row holds the count it ran).
+_RUN_KEYS = ("model", "trace", "system", "rate", "seed", "block_size", "preemption", "cpu_scale", "min_duration",
+             "n", "beam_width", "prefix_caching", "tokenizer")
+
+
+def reusable(point: dict, known: pd.DataFrame | None) -> dict | None:
+    """The row of ``known`` that is the run ``simulate_point(**point)`` would do, or None.
+
+    A row matches when every setting of :data:`_RUN_KEYS` is the point's (defaults filled in, the
+    paper-length floor from ``duration_scale``), it ran to the end (not ``stopped_early``), and its
+    latency is at most the point's ``latency_cap`` (a run under the cap never stops early, so the
+    capped run would have been the same). Runs are deterministic: the row is the run's. O(rows).
+    """
+    if known is None or len(known) == 0 or point.get("extend_below", max(THRESHOLDS)) != max(THRESHOLDS) \
+            or point.get("record_sharing") is not None or point.get("min_duration") is not None:
+        return None
+    model = point.get("model", "opt-13b")
+    name = model.model.name if isinstance(model, CostModel) else get_cost_model(model).model.name
+    count = point.get("num_requests")
+    rate = float(point.get("rate", 2.0))
+    want = {"model": name, "trace": str(point.get("trace", "sharegpt")), "system": point.get("system", "paged"),
+            "rate": rate, "seed": point.get("seed", 0), "block_size": point.get("block_size", 16),
+            "preemption": point.get("preemption", "recompute"), "cpu_scale": float(point.get("cpu_scale", 1.0)),
+            "min_duration": math.nan if count is not None or math.isinf(rate)
+            else paper_duration(name) * point.get("duration_scale", 1.0),
+            "n": point.get("n", 1), "beam_width": point.get("beam_width", 1),
+            "prefix_caching": point.get("prefix_caching", False), "tokenizer": point.get("tokenizer", "gpt2")}
+    if not set(_RUN_KEYS) <= set(known.columns):
+        return None
+    rows = known
+    for key, value in want.items():
+        col = rows[key]
+        rows = rows[col.isna()] if isinstance(value, float) and math.isnan(value) else rows[col == value]
+        if not len(rows):
+            return None
+    if count is not None:
+        rows = rows[rows["num_requests"] == count]
+    rows = rows[~rows["stopped_early"].astype(bool)]
+    cap = point.get("latency_cap")
+    if cap is not None:
+        rows = rows[rows["normalized_latency"] <= cap]
+    if not len(rows):
+        return None
+    row = rows.iloc[0].to_dict()
+    row["num_requests"] = int(row["num_requests"])
+    return row
 
 
 def _matching(known: pd.DataFrame | None, settings: dict, system: str) -> pd.DataFrame:
