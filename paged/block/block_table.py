@@ -138,22 +138,27 @@ class BlockTable:
         allocator = self._allocator
         blocks = self._blocks
         block_size = self._block_size
-        if num_tokens > 0 and self._num_tokens + num_tokens <= len(blocks) * block_size and (
-            allocator.is_private(blocks[-1])
-        ):
-            self._num_tokens += num_tokens  # fast path: fits in the private last block
+        if num_tokens < 0:
+            raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
+        if not num_tokens:
             return []
-        needed = self.num_new_blocks(num_tokens)
+        have = self._num_tokens
+        shared = bool(blocks) and allocator._ref_counts[blocks[-1]] > 1  # is_private, inlined (a hot path)
+        if not shared and have + num_tokens <= len(blocks) * block_size:
+            self._num_tokens = have + num_tokens  # fast path: fits in the private last block
+            return []
+        cow = shared and needs_copy(have, block_size, 2)  # the first new token lands in a shared block
+        needed = -(-(have + num_tokens) // block_size) - len(blocks) + cow  # as num_new_blocks
         if needed > allocator.num_free_blocks:
             raise OutOfBlocksError(
                 f"appending {num_tokens} tokens needs {needed} free blocks, "
                 f"{allocator.num_free_blocks} are free"
             )
         copies: list[tuple[int, int]] = []
-        if num_tokens and self.needs_copy_on_write():
+        if cow:
             copies.append(copy_on_write(allocator, blocks[-1]))  # the shared block keeps its other holders
             blocks[-1] = copies[-1][1]
-        self._num_tokens += num_tokens
+        self._num_tokens = have + num_tokens
         for _ in range(-(-self._num_tokens // block_size) - len(blocks)):
             blocks.append(allocator.allocate())
         return copies

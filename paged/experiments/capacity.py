@@ -40,7 +40,7 @@ def workload(trace: str) -> str:
     return "chatbot" if "chat" in name else "alpaca" if name.startswith("alpaca") else "sharegpt"
 
 
-def capacity(models, traces, systems, *, fractions=(0.3, 0.6, 0.85), thresholds=THRESHOLDS,
+def capacity(models, traces, systems, *, fractions=(0.3, 0.6, 0.96), thresholds=THRESHOLDS,
              duration_scale: dict | float = 1.0, seed: int = 0, block_size: int = 16,
              preemption: str = "recompute", cpu_scale: float = 1.0, rel_tol: float = 0.05,
              saturated_requests: int = SATURATED_REQUESTS, workers: int = 2) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -48,7 +48,11 @@ def capacity(models, traces, systems, *, fractions=(0.3, 0.6, 0.85), thresholds=
 
     Args:
         models, traces, systems: what to run (Table 1 presets, trace names, :data:`~paged.experiments.serving.SYSTEMS`).
-        fractions: the curve's rates, as fractions of each system's saturated throughput.
+        fractions: the curve's rates, as fractions of each system's saturated throughput. A top
+            point within ``rel_tol`` of the peak (0.96 with the default 5%) ends the search of a
+            system whose latency stays under the thresholds to there without bisection runs (an
+            iteration-level system's latency is flat nearly to its peak): each bisection run near
+            the peak is a paper-length run at nearly the peak rate, the most expensive there is.
         saturated_requests: requests of each saturated-throughput run (all at t = 0).
         duration_scale: each point's arrivals last this × the paper's trace length (1 h; 15 min for
             OPT-175B) at least; a dict gives it per trace.
