@@ -2,6 +2,9 @@
 
 Run: ``python -m paged.bench.sim``. Targets (issue 4): ≥ 1,000,000 token-steps/s on one core, and
 ≤ 2 s for one 1,000-request ShareGPT point on OPT-13B (paged, 2 requests/s: Fig. 13's point).
+Also the regime that costs the most in notebook 03: short Alpaca requests at paged's knee (OPT-13B,
+45 requests/s), where a request arrives every iteration or two, so nearly every decode iteration
+is followed by a prefill and runs of identical decodes (the fast-forward) are one iteration long.
 A token-step is one sequence advanced by one token in one iteration (prefill or decode), i.e.
 the sum over iterations of the sequences in the batch. Also prints the same point stepped one
 iteration at a time (``fast_forward=False``), which gives identical results, for comparison.
@@ -9,6 +12,7 @@ iteration at a time (``fast_forward=False``), which gives identical results, for
 
 from __future__ import annotations
 
+import os
 import time
 
 from paged.bench import bench_parser
@@ -24,7 +28,8 @@ def measure(num_requests: int = 1000, rate: float = 2.0, seed: int = 0) -> dict[
 
     Returns:
         ``paged_point_s`` (seconds, paged at ``rate``), ``token_steps_per_s`` (over all systems'
-        points), ``paged_token_steps_per_s``, ``stepwise_paged_point_s``.
+        points), ``paged_token_steps_per_s``, ``stepwise_paged_point_s``; ``alpaca_knee_s`` and
+        ``alpaca_knee_token_steps_per_s`` (8,000 Alpaca requests at 45 requests/s, paged, OPT-13B).
     """
     trace = get_trace("sharegpt", num_requests, seed=seed, rate=rate)
     steps = wall = 0.0
@@ -44,6 +49,11 @@ def measure(num_requests: int = 1000, rate: float = 2.0, seed: int = 0) -> dict[
             simulate(trace, manager, cost, record_memory=False, fast_forward=False)
             out["stepwise_paged_point_s"] = time.perf_counter() - start
     out["token_steps_per_s"] = steps / wall
+    knee = get_trace("alpaca-bare", 8000, seed=seed, rate=45.0, tokenizer="gpt2")
+    start = time.perf_counter()
+    result = run_system(knee, "paged", cost_model_for("opt-13b", "paged", 16))
+    out["alpaca_knee_s"] = time.perf_counter() - start
+    out["alpaca_knee_token_steps_per_s"] = result.batched_requests_sum / out["alpaca_knee_s"]
     return out
 
 
@@ -65,6 +75,9 @@ def _report(args) -> None:
     print(f"{args.num_requests}-request ShareGPT point, OPT-13B, paged @ {args.rate} req/s: "
           f"{r['paged_point_s']:.3f} s (target ≤ 2 s: {'met' if r['paged_point_s'] <= 2 else 'NOT met'})")
     print(f"same point stepped one iteration at a time: {r['stepwise_paged_point_s']:.3f} s")
+    print(f"8,000 Alpaca requests at paged's knee (45 req/s, OPT-13B): {r['alpaca_knee_s']:.3f} s, "
+          f"{r['alpaca_knee_token_steps_per_s']:,.0f} token-steps/s")
+    print(f"load average: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def workload(trace: str) -> str:
     return "chatbot" if "chat" in name else "alpaca" if name.startswith("alpaca") else "sharegpt"
 
 
-def capacity(models, traces, systems, *, fractions=(0.3, 0.6, 0.96), thresholds=THRESHOLDS,
+def capacity(models, traces, systems, *, fractions=(0.3, 0.96), thresholds=THRESHOLDS,
              duration_scale: dict | float = 1.0, seed: int = 0, block_size: int = 16,
              preemption: str = "recompute", cpu_scale: float = 1.0, rel_tol: float = 0.05,
              saturated_requests: int = SATURATED_REQUESTS, workers: int = 2) -> tuple[pd.DataFrame, pd.DataFrame]:
