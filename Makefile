@@ -57,6 +57,7 @@ nb: ## Run one notebook into build/notebooks/ and its figures into figures/: mak
 	@test -n "$(NB)" || { echo "usage: make nb NB=01 (one of: $(notdir $(basename $(NOTEBOOKS))))"; exit 2; }
 	@target="$(filter $(EXECUTED)/$(NB)%,$(EXECUTED_NOTEBOOKS))"; \
 	test -n "$$target" || { echo "no notebook matches NB=$(NB); choose from: $(notdir $(basename $(NOTEBOOKS)))"; exit 2; }; \
+	test $$(echo $$target | wc -w) -eq 1 || { echo "NB=$(NB) matches more than one notebook ($(notdir $(basename $(filter $(EXECUTED)/$(NB)%,$(EXECUTED_NOTEBOOKS))))); give one of: $(notdir $(basename $(NOTEBOOKS)))"; exit 2; }; \
 	$(MAKE) --no-print-directory $$target
 
 report: build/report.html ## One self-contained HTML report (claims, every figure, paper vs this run) from the executed notebooks

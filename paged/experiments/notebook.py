@@ -33,7 +33,7 @@ import math
 import types
 import typing
 
-__all__ = ["record_parameters", "check_parameters", "checked_parameters", "project_kernel",
+__all__ = ["record_parameters", "check_parameters", "checked_parameters", "project_kernel", "trace_choices",
            "UnknownParameterError", "ParameterTypeError", "ParameterValueError"]
 
 _KEY = "__paged_declared_parameters__"
@@ -223,6 +223,18 @@ def _annotation_text(annotation) -> str:
     if isinstance(annotation, str) or typing.get_args(annotation) or not isinstance(annotation, type):
         return str(annotation)
     return annotation.__name__
+
+
+def trace_choices(values) -> list[str]:
+    """The trace names a parameter may hold (``choices`` of :func:`check_parameters`): every named trace
+    of :func:`paged.workloads.get_trace` and those of ``values`` that are paths of existing files (a
+    length CSV, a ShareGPT or Alpaca JSON). A value that is neither is then refused by name."""
+    import os
+
+    from paged.workloads import NAMED_TRACES
+
+    given = values if isinstance(values, (list, tuple)) else []
+    return [*NAMED_TRACES, *[v for v in given if isinstance(v, str) and os.path.isfile(v)]]
 
 
 def check_parameters(namespace: dict, *, positive=(), nonnegative=(), choices=None, required_keys=None) -> None:

@@ -218,8 +218,12 @@ def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str 
     """
     if system not in SYSTEMS:  # before the registry's lookup, whose list also has the engine-only systems
         raise ValueError(f"unknown system {system!r} for the simulator; choose one of {SYSTEMS}")
-    if not rate > 0:  # NaN fails too
-        raise ValueError(f"rate must be > 0 requests/s (or inf), got {rate!r}")
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not rate > 0:  # NaN fails too
+        raise ValueError(f"rate must be a number > 0 requests/s (or inf), got {rate!r}")
+    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral) or block_size < 1:
+        raise ValueError(f"block_size must be an integer ≥ 1 (tokens), got {block_size!r}")
+    if min_duration is None and not (isinstance(duration_scale, numbers.Real) and duration_scale > 0):
+        raise ValueError(f"duration_scale must be a number > 0 (× the paper's trace length), got {duration_scale!r}")
     if num_requests is not None and (isinstance(num_requests, bool) or not isinstance(num_requests, numbers.Integral)
                                      or num_requests < 1):
         raise ValueError(f"num_requests must be an integer ≥ 1 (or None: a paper-length run), got {num_requests!r}")
@@ -277,6 +281,8 @@ def sweep(points: list[dict], workers: int = 2, desc: str = "simulate", known: p
     Returns:
         One row per point, in the order given.
     """
+    if known is not None and not isinstance(known, pd.DataFrame):
+        raise TypeError(f"known must be a DataFrame of earlier rows (or None), got {type(known).__name__}")
     rows: list[dict | None] = [reusable(point, known) for point in points]
     todo = [i for i, row in enumerate(rows) if row is None]
     for i, row in zip(todo, run_jobs(simulate_point, [points[i] for i in todo], workers=workers, desc=desc)):
@@ -294,9 +300,11 @@ def reusable(point: dict, known: pd.DataFrame | None) -> dict | None:
     """The row of ``known`` that is the run ``simulate_point(**point)`` would do, or None.
 
     A row matches when every setting of :data:`_RUN_KEYS` is the point's (defaults filled in, the
-    paper-length floor from ``duration_scale``), it ran to the end (not ``stopped_early``), and its
-    latency is at most the point's ``latency_cap`` (a run under the cap never stops early, so the
-    capped run would have been the same). Runs are deterministic: the row is the run's. O(rows).
+    paper-length floor from ``duration_scale``), it ran to the end (not ``stopped_early``, a latency
+    that is not NaN), and its latency is at most the point's ``latency_cap`` (a run under the cap
+    never stops early, so the capped run would have been the same). Runs are deterministic: the row
+    is the run's. None when ``known`` is empty or lacks those columns, and for a point that sets
+    ``min_duration``, ``record_sharing`` or ``extend_below`` (always run). O(rows).
     """
     if known is None or len(known) == 0 or point.get("extend_below", max(THRESHOLDS)) != max(THRESHOLDS) \
             or point.get("record_sharing") is not None or point.get("min_duration") is not None:
@@ -322,7 +330,7 @@ def reusable(point: dict, known: pd.DataFrame | None) -> dict | None:
             return None
     if count is not None:
         rows = rows[rows["num_requests"] == count]
-    rows = rows[~rows["stopped_early"].astype(bool)]
+    rows = rows[~rows["stopped_early"].astype(bool) & rows["normalized_latency"].notna()]
     cap = point.get("latency_cap")
     if cap is not None:
         rows = rows[rows["normalized_latency"] <= cap]

@@ -144,7 +144,10 @@ def test_fastertransformer_has_no_host_costs():
 
 
 @pytest.mark.parametrize("kwargs,match", [(dict(num_requests=0), "num_requests"), (dict(num_requests=2.5), "num_requests"),
-                                          (dict(rate=math.nan), "rate must be > 0"), (dict(rate=-1.0), "rate must be > 0"),
+                                          (dict(rate=math.nan), "rate must be a number > 0"),
+                                          (dict(rate=-1.0), "rate must be a number > 0"), (dict(rate="2"), "rate must be a number"),
+                                          (dict(block_size=0, num_requests=5), "block_size must be an integer"),
+                                          (dict(duration_scale=-1.0), "duration_scale must be a number > 0"),
                                           (dict(system="hf-generate"), "for the simulator")])
 def test_simulate_point_refuses_bad_input_naming_it(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -167,3 +170,6 @@ def test_a_known_run_is_reused_not_run_again(monkeypatch):
     assert serving.reusable(dict(point, latency_cap=first.loc[0, "normalized_latency"] / 2), first) is None
     assert serving.reusable(dict(point, num_requests=41), first) is None
     assert serving.reusable(dict(point, duration_scale=0.03), first) is None
+    assert serving.reusable(point, first.assign(normalized_latency=math.nan)) is None  # no latency: not a finished run
+    with pytest.raises(TypeError, match="known must be a DataFrame"):
+        serving.sweep([point], workers=1, known=[first])

@@ -109,6 +109,19 @@ def test_bad_value_is_refused_in_the_first_cells(nb, tmp_path):
     assert err.value.exec_count <= 3  # the parameters, injected and checking cells; no heavy work ran
 
 
+@pytest.mark.parametrize("params,message", [
+    (dict(traces=["nosuch"]), "parameter 'traces': 'nosuch' is not one of"),
+    (dict(duration_scale={"nosuch": 1.0}), "parameter 'duration_scale': 'nosuch' is not one of"),
+    (dict(thresholds=[0.3]), "parameter 'thresholds' must include the headline 0.2"),
+])
+def test_throughput_names_a_bad_trace_or_threshold(params, message, tmp_path):
+    nb = ROOT / "notebooks" / "03_throughput.ipynb"
+    with pytest.raises(pm.PapermillExecutionError) as err:
+        _execute(nb, tmp_path, **params)
+    assert message in str(err.value) and err.value.ename == "ParameterValueError"
+    assert err.value.exec_count <= 3
+
+
 def _parameter_names(nb: Path) -> list[str]:
     """The names the parameters cell assigns, read with ast."""
     cell = next(c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
