@@ -135,21 +135,41 @@ class BlockTable:
         """
         if type(num_tokens) is not int:
             num_tokens = as_int(num_tokens, "a token count")
-        allocator = self._allocator
-        blocks = self._blocks
-        block_size = self._block_size
+        return self._grow(num_tokens, strict=True)
+
+    def try_grow_to(self, num_tokens: int) -> list[tuple[int, int]] | None:
+        """Room for ``num_tokens`` tokens in all (:meth:`append_tokens` of the difference) if the
+        allocator's free blocks cover what it takes (:meth:`num_new_blocks`), else None and nothing
+        changes: the check and the append of a decode step in one call. O(1) plus the new blocks.
+
+        Raises:
+            ValueError: if ``num_tokens`` is below the tokens the table holds.
+        """
+        if num_tokens < self._num_tokens:
+            raise ValueError(f"cannot shrink a table of {self._num_tokens} tokens to {num_tokens}")
+        return self._grow(num_tokens - self._num_tokens, strict=False)
+
+    def _grow(self, num_tokens: int, *, strict: bool) -> list[tuple[int, int]] | None:
+        """The one body of :meth:`append_tokens` (``strict``: OutOfBlocksError when the free blocks do
+        not cover it) and :meth:`try_grow_to` (None then); nothing changes unless all of it fits."""
         if num_tokens < 0:
             raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
         if not num_tokens:
             return []
+        allocator = self._allocator
+        blocks = self._blocks
+        block_size = self._block_size
         have = self._num_tokens
-        shared = bool(blocks) and allocator._ref_counts[blocks[-1]] > 1  # is_private, inlined (a hot path)
+        # is_private, inlined: this runs once per running sequence per decode step.
+        shared = bool(blocks) and allocator._ref_counts[blocks[-1]] > 1
         if not shared and have + num_tokens <= len(blocks) * block_size:
             self._num_tokens = have + num_tokens  # fast path: fits in the private last block
             return []
         cow = shared and needs_copy(have, block_size, 2)  # the first new token lands in a shared block
         needed = -(-(have + num_tokens) // block_size) - len(blocks) + cow  # as num_new_blocks
         if needed > allocator.num_free_blocks:
+            if not strict:
+                return None
             raise OutOfBlocksError(
                 f"appending {num_tokens} tokens needs {needed} free blocks, "
                 f"{allocator.num_free_blocks} are free"
@@ -162,30 +182,6 @@ class BlockTable:
         for _ in range(-(-self._num_tokens // block_size) - len(blocks)):
             blocks.append(allocator.allocate())
         return copies
-
-    def try_grow_to(self, num_tokens: int) -> list[tuple[int, int]] | None:
-        """Room for ``num_tokens`` tokens in all (:meth:`append_tokens` of the difference) if the
-        allocator's free blocks cover what it takes (:meth:`num_new_blocks`), else None and nothing
-        changes: the check and the append of a decode step in one call. O(1) plus the new blocks.
-
-        Raises:
-            ValueError: if ``num_tokens`` is below the tokens the table holds; TypeError as
-                :meth:`append_tokens`.
-        """
-        grow = num_tokens - self._num_tokens
-        if grow <= 0:
-            if grow:
-                raise ValueError(f"cannot shrink a table of {self._num_tokens} tokens to {num_tokens}")
-            return []
-        blocks = self._blocks
-        # Fast path: fits in the last block, held by this table alone (is_private, inlined: once per
-        # running sequence per decode step).
-        if num_tokens <= len(blocks) * self._block_size and self._allocator._ref_counts[blocks[-1]] == 1:
-            self._num_tokens = num_tokens
-            return []
-        if self.num_new_blocks(grow) > self._allocator.num_free_blocks:
-            return None
-        return self.append_tokens(grow)
 
     def fork(self) -> BlockTable:
         """A child table sharing every block of this one (each count +1); allocates nothing.

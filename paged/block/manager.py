@@ -249,7 +249,7 @@ class PagedKVCacheManager:
         """:meth:`can_append_slots` then :meth:`append_slots` for each group in order, until a group
         does not fit: ``(groups done, copy-on-write pairs)`` (:class:`paged.core.KVCacheManager`; the
         decode step's hot path). O(sequences); a sequence that stays inside its private last block
-        costs two O(1) table calls."""
+        costs one O(1) table call."""
         self._version += 1
         tables = self.block_tables
         allocator = self.gpu_allocator
@@ -274,11 +274,11 @@ class PagedKVCacheManager:
                 if chains is not None:
                     chains.register_full_blocks(seq, table)
             else:
-                members = [seq for seq in seqs if seq.status is running]
-                if self._append_blocks_needed(members, allocator) > allocator.num_free_blocks:
+                if not self.can_append_slots(group):
                     return done, copies
-                for seq in members:
-                    copies.extend(self.append_slots(seq))
+                for seq in seqs:
+                    if seq.status is running:
+                        copies.extend(self.append_slots(seq))
         return len(seq_groups), copies
 
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:

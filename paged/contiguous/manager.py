@@ -150,12 +150,9 @@ class ContiguousKVCacheManager:
         """``(groups done, [])``: the groups, in order, up to the first whose running sequences do not
         all stay inside their reservations (nothing to allocate; :class:`paged.core.KVCacheManager`,
         the decode step's hot path). O(sequences)."""
-        reservations = self.reservations
-        running = SequenceStatus.RUNNING
         for done, group in enumerate(seq_groups):
-            for seq in group.seqs:
-                if seq.status is running and seq.prompt_len + seq.num_generated > reservations[seq.seq_id][1]:
-                    return done, []
+            if not self.can_append_slots(group):
+                return done, []
         return len(seq_groups), []
 
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:

@@ -26,15 +26,11 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from paged.core.kv_cache_manager import AllocStatus, KVCacheManager, RequestTooLargeError
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
 __all__ = ["Scheduler", "SchedulerOutputs", "PREEMPTION_MODES"]
-
-_max_num_seqs = attrgetter("max_num_seqs")
-_seqs = attrgetter("seqs")
 
 PREEMPTION_MODES = ("recompute", "swap")
 
@@ -168,14 +164,9 @@ class Scheduler:
 
     def num_reserved_seqs(self) -> int:
         """Sequences the running groups will run at once (each group's ``peak_num_seqs``), which
-        ``max_num_seqs`` bounds: a beam group counts its width from its prefill on. O(groups); when
-        no running group reserves a width (``max_num_seqs`` 0: no beam search), the sum of the
-        groups' sequence counts, in two C-level passes (every prefill iteration asks)."""
-        running = self.running
-        if not sum(map(_max_num_seqs, running)):
-            return sum(map(len, map(_seqs, running)))
+        ``max_num_seqs`` bounds: a beam group counts its width from its prefill on. O(groups)."""
         count = 0
-        for group in running:
+        for group in self.running:
             held, peak = len(group.seqs), group.max_num_seqs
             count += held if held > peak else peak
         return count

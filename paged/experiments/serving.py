@@ -45,6 +45,7 @@ changes between identical runs; leave it out of saved tables.
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import time
@@ -264,6 +265,10 @@ def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str 
     return row
 
 
+#: simulate_point's defaults, for :func:`reusable` (derived from its signature, not restated).
+_POINT_DEFAULTS = {name: p.default for name, p in inspect.signature(simulate_point).parameters.items()}
+
+
 def _shares(requests, groups: dict) -> bool:
     """Whether a run of ``requests`` with ``groups`` settings has anything to share."""
     return groups["n"] > 1 or groups["beam_width"] > 1 or groups["prefix_caching"] or any(
@@ -306,34 +311,25 @@ def reusable(point: dict, known: pd.DataFrame | None) -> dict | None:
     is the run's. None when ``known`` is empty or lacks those columns, and for a point that sets
     ``min_duration``, ``record_sharing`` or ``extend_below`` (always run). O(rows).
     """
-    if known is None or len(known) == 0 or point.get("extend_below", max(THRESHOLDS)) != max(THRESHOLDS) \
-            or point.get("record_sharing") is not None or point.get("min_duration") is not None:
+    args = {**_POINT_DEFAULTS, **point}  # the defaults simulate_point fills in
+    if known is None or len(known) == 0 or args["extend_below"] != _POINT_DEFAULTS["extend_below"] \
+            or args["record_sharing"] is not None or args["min_duration"] is not None:
         return None
-    model = point.get("model", "opt-13b")
+    model = args["model"]
     name = model.model.name if isinstance(model, CostModel) else get_cost_model(model).model.name
-    count = point.get("num_requests")
-    rate = float(point.get("rate", 2.0))
-    want = {"model": name, "trace": str(point.get("trace", "sharegpt")), "system": point.get("system", "paged"),
-            "rate": rate, "seed": point.get("seed", 0), "block_size": point.get("block_size", 16),
-            "preemption": point.get("preemption", "recompute"), "cpu_scale": float(point.get("cpu_scale", 1.0)),
+    count, rate = args["num_requests"], float(args["rate"])
+    want = {**{key: args[key] for key in _RUN_KEYS if key in args}, "model": name, "trace": str(args["trace"]),
+            "rate": rate, "cpu_scale": float(args["cpu_scale"]),
             "min_duration": math.nan if count is not None or math.isinf(rate)
-            else paper_duration(name) * point.get("duration_scale", 1.0),
-            "n": point.get("n", 1), "beam_width": point.get("beam_width", 1),
-            "prefix_caching": point.get("prefix_caching", False), "tokenizer": point.get("tokenizer", "gpt2")}
-    if not set(_RUN_KEYS) <= set(known.columns):
+            else paper_duration(name) * args["duration_scale"]}
+    rows = _matching(known, {k: v for k, v in want.items() if k != "system"}, want["system"])
+    if not len(rows) or not {"num_requests", "stopped_early", "normalized_latency"} <= set(rows.columns):
         return None
-    rows = known
-    for key, value in want.items():
-        col = rows[key]
-        rows = rows[col.isna()] if isinstance(value, float) and math.isnan(value) else rows[col == value]
-        if not len(rows):
-            return None
     if count is not None:
         rows = rows[rows["num_requests"] == count]
     rows = rows[~rows["stopped_early"].astype(bool) & rows["normalized_latency"].notna()]
-    cap = point.get("latency_cap")
-    if cap is not None:
-        rows = rows[rows["normalized_latency"] <= cap]
+    if args["latency_cap"] is not None:
+        rows = rows[rows["normalized_latency"] <= args["latency_cap"]]
     if not len(rows):
         return None
     row = rows.iloc[0].to_dict()
@@ -343,7 +339,7 @@ def reusable(point: dict, known: pd.DataFrame | None) -> dict | None:
 
 def _matching(known: pd.DataFrame | None, settings: dict, system: str) -> pd.DataFrame:
     """The rows of ``known`` for ``system`` with exactly ``settings`` (NaN matches NaN)."""
-    if known is None or len(known) == 0:
+    if known is None or len(known) == 0 or "system" not in known.columns:
         return pd.DataFrame()
     rows = known[known["system"] == system]
     for key, value in settings.items():
