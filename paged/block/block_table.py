@@ -144,7 +144,10 @@ class BlockTable:
 
         Raises:
             ValueError: if ``num_tokens`` is below the tokens the table holds.
+            TypeError: if ``num_tokens`` is not an integer (nothing changes).
         """
+        if type(num_tokens) is not int:
+            num_tokens = as_int(num_tokens, "a token count")
         if num_tokens < self._num_tokens:
             raise ValueError(f"cannot shrink a table of {self._num_tokens} tokens to {num_tokens}")
         return self._grow(num_tokens - self._num_tokens, strict=False)

@@ -286,8 +286,6 @@ def sweep(points: list[dict], workers: int = 2, desc: str = "simulate", known: p
     Returns:
         One row per point, in the order given.
     """
-    if known is not None and not isinstance(known, pd.DataFrame):
-        raise TypeError(f"known must be a DataFrame of earlier rows (or None), got {type(known).__name__}")
     rows: list[dict | None] = [reusable(point, known) for point in points]
     todo = [i for i, row in enumerate(rows) if row is None]
     for i, row in zip(todo, run_jobs(simulate_point, [points[i] for i in todo], workers=workers, desc=desc)):
@@ -310,7 +308,16 @@ def reusable(point: dict, known: pd.DataFrame | None) -> dict | None:
     never stops early, so the capped run would have been the same). Runs are deterministic: the row
     is the run's. None when ``known`` is empty or lacks those columns, and for a point that sets
     ``min_duration``, ``record_sharing`` or ``extend_below`` (always run). O(rows).
+
+    Raises:
+        TypeError: for a ``known`` that is not a DataFrame, or a point with a name
+            :func:`simulate_point` has no parameter for (a typo must not match another run).
     """
+    if known is not None and not isinstance(known, pd.DataFrame):
+        raise TypeError(f"known must be a DataFrame of earlier rows (or None), got {type(known).__name__}")
+    unknown = sorted(set(point) - set(_POINT_DEFAULTS))
+    if unknown:  # simulate_point would refuse them: so does the reuse, not match another run's row
+        raise TypeError(f"simulate_point() has no parameter(s) {', '.join(map(repr, unknown))}")
     args = {**_POINT_DEFAULTS, **point}  # the defaults simulate_point fills in
     if known is None or len(known) == 0 or args["extend_below"] != _POINT_DEFAULTS["extend_below"] \
             or args["record_sharing"] is not None or args["min_duration"] is not None:

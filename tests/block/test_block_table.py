@@ -161,3 +161,23 @@ def test_table_needs_an_allocator_and_owned_blocks():
         BlockTable.from_blocks(alloc, [7], 3)
     with pytest.raises(ValueError, match="out of range"):
         BlockTable.from_blocks(alloc, [99], 3)
+
+
+def test_try_grow_to_grows_or_changes_nothing():
+    alloc, table = make(num_blocks=3, block_size=4)
+    assert table.try_grow_to(5) == [] and table.num_tokens == 5 and table.num_blocks == 2
+    assert table.try_grow_to(7) == [] and table.num_blocks == 2  # inside the last block
+    assert table.try_grow_to(13) is None  # needs a fourth block: refused, nothing changed
+    assert table.num_tokens == 7 and table.num_blocks == 2 and alloc.num_free_blocks == 1
+    child = table.fork()  # the last block is now shared: the next token copies it
+    assert len(child.try_grow_to(8)) == 1 and child.num_tokens == 8
+
+
+@pytest.mark.parametrize("bad,error", [(5.5, TypeError), (6.0, TypeError), (float("nan"), TypeError), ("9", TypeError),
+                                       (None, TypeError), (True, TypeError), (2, ValueError)])
+def test_try_grow_to_refuses_a_bad_count_before_changing_anything(bad, error):
+    _, table = make()
+    table.append_tokens(5)
+    with pytest.raises(error):
+        table.try_grow_to(bad)
+    assert table.num_tokens == 5 and table.num_blocks == 2

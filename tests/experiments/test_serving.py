@@ -173,3 +173,5 @@ def test_a_known_run_is_reused_not_run_again(monkeypatch):
     assert serving.reusable(point, first.assign(normalized_latency=math.nan)) is None  # no latency: not a finished run
     with pytest.raises(TypeError, match="known must be a DataFrame"):
         serving.sweep([point], workers=1, known=[first])
+    with pytest.raises(TypeError, match="no parameter.*'sytem'"):  # a typo must not match paged's row
+        serving.sweep([dict(point, sytem="orca-max")], workers=1, known=first)
