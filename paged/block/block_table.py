@@ -148,9 +148,15 @@ class BlockTable:
         """
         if type(num_tokens) is not int:
             num_tokens = as_int(num_tokens, "a token count")
-        if num_tokens < self._num_tokens:
-            raise ValueError(f"cannot shrink a table of {self._num_tokens} tokens to {num_tokens}")
-        return self._grow(num_tokens - self._num_tokens, strict=False)
+        have = self._num_tokens
+        blocks = self._blocks
+        # The decode step's common case, before any other work: the tokens fit in a private last block.
+        if have < num_tokens <= len(blocks) * self._block_size and self._allocator._ref_counts[blocks[-1]] == 1:
+            self._num_tokens = num_tokens
+            return []
+        if num_tokens < have:
+            raise ValueError(f"cannot shrink a table of {have} tokens to {num_tokens}")
+        return self._grow(num_tokens - have, strict=False)
 
     def _grow(self, num_tokens: int, *, strict: bool) -> list[tuple[int, int]] | None:
         """The one body of :meth:`append_tokens` (``strict``: OutOfBlocksError when the free blocks do

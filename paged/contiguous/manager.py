@@ -149,9 +149,17 @@ class ContiguousKVCacheManager:
     def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
         """``(groups done, [])``: the groups, in order, up to the first whose running sequences do not
         all stay inside their reservations (nothing to allocate; :class:`paged.core.KVCacheManager`,
-        the decode step's hot path). O(sequences)."""
+        the decode step's hot path). O(sequences); a one-sequence group is checked inline (a fifth of
+        an Orca simulation's time went to the general check's generator)."""
+        reservations = self.reservations
+        running = SequenceStatus.RUNNING
         for done, group in enumerate(seq_groups):
-            if not self.can_append_slots(group):
+            seqs = group.seqs
+            if len(seqs) == 1:
+                seq = seqs[0]
+                if seq.status is running and seq.prompt_len + seq.num_generated > reservations[seq.seq_id][1]:
+                    return done, []
+            elif not self.can_append_slots(group):
                 return done, []
         return len(seq_groups), []
 

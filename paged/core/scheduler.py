@@ -42,7 +42,10 @@ class SchedulerOutputs:
     Attributes:
         scheduled_seq_groups: groups whose running sequences run this iteration.
         is_prefill: True for a prefill iteration, False for a decode iteration.
-        num_batched_tokens: tokens whose KV this iteration computes (tokens).
+        num_batched_tokens: tokens whose KV this iteration computes (tokens); a property: what the
+            scheduler counted for a prefill, else counted from the groups when read (one per running
+            sequence of a decode; :meth:`prefill_token_counts` of a prefill built by hand). O(sequences)
+            when counted, so the decode step does not pay for it unless something reads it.
         blocks_to_swap_in: ``(cpu_block, gpu_block)`` copies before the iteration.
         blocks_to_swap_out: ``(gpu_block, cpu_block)`` copies before the iteration.
         blocks_to_copy: copy-on-write ``(src_block, dst_block)`` copies before the iteration.
@@ -57,12 +60,26 @@ class SchedulerOutputs:
 
     scheduled_seq_groups: list[SequenceGroup]
     is_prefill: bool
-    num_batched_tokens: int = 0
+    _num_batched_tokens: int | None = field(default=None, repr=False)
     blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)
     blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[SequenceGroup] = field(default_factory=list)
     prefill_seqs: list[tuple[Sequence, int]] = field(default_factory=list)
+
+    @property
+    def num_batched_tokens(self) -> int:
+        """Tokens whose KV this iteration computes (tokens; class docstring)."""
+        if self._num_batched_tokens is not None:
+            return self._num_batched_tokens
+        if self.is_prefill:
+            return sum(self.prefill_token_counts())
+        running = SequenceStatus.RUNNING
+        return sum(s.status is running for g in self.scheduled_seq_groups for s in g.seqs)
+
+    @num_batched_tokens.setter
+    def num_batched_tokens(self, value: int) -> None:
+        self._num_batched_tokens = value
 
     @property
     def is_empty(self) -> bool:
@@ -188,7 +205,7 @@ class Scheduler:
         manager = self.kv_manager
         budget = 0  # prefill tokens admitted (a shared prompt once)
         num_tokens = 0  # tokens the prefill computes (cached ones not)
-        num_seqs = self.num_reserved_seqs()
+        num_seqs = None  # the running groups' reserved sequences, counted once something fits
         prefill_seqs = outputs.prefill_seqs
         while self.waiting:
             group = self.waiting[0]
@@ -196,11 +213,16 @@ class Scheduler:
             group_tokens = manager.prefill_tokens(group)
             if budget + group_tokens > self.max_num_batched_tokens and scheduled:
                 break
+            # Every check ends the admission (FCFS: nobody overtakes the head of the queue), so their
+            # order changes nothing; the memory check comes first because a full cache is the common
+            # case at high load and counting the running sequences is O(groups).
+            if manager.can_allocate(group) is not AllocStatus.OK:
+                break
+            if num_seqs is None:
+                num_seqs = self.num_reserved_seqs()
             group_seqs = max(group.peak_num_seqs, len(waiting_seqs))
             if num_seqs + group_seqs > self.max_num_seqs:
                 break
-            if manager.can_allocate(group) is not AllocStatus.OK:
-                break  # FCFS: nobody overtakes the head of the queue
             self.waiting.popleft()
             starts = manager.allocate(group)
             if group.num_preemptions == 0:
@@ -234,11 +256,12 @@ class Scheduler:
         self.running = kept
         if not outputs.preempted:
             self._schedule_swap_in(outputs)
-        outputs.scheduled_seq_groups = list(self.running)
-        outputs.num_batched_tokens = self.num_running_seqs()
+        outputs.scheduled_seq_groups = list(self.running)  # num_batched_tokens: counted if read
         return outputs
 
     def _schedule_swap_in(self, outputs: SchedulerOutputs) -> None:
+        if not self.swapped:  # nothing to resume (skips counting the running sequences)
+            return
         num_seqs = self.num_reserved_seqs()
         while self.swapped:
             group = self.swapped[0]

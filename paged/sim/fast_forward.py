@@ -61,28 +61,31 @@ def decode_run(
         return None
     manager = scheduler.kv_manager
     groups = outputs.scheduled_seq_groups
-    seqs = []
-    ns = []  # tokens of each group's running sequences
+    seqs = []  # every running sequence, in batch order
+    ns = [] if memory is not None else None  # tokens of each group's running sequences (the memory sums)
     kmax = None
     context = 0
     running = SequenceStatus.RUNNING
+    append = seqs.append
     for group in groups:
         if getattr(group, "beam", None) is not None:
             return None
-        if len(group.seqs) == 1:
-            seq = group.seqs[0]
-            seqs.append(seq)
+        members = group.seqs
+        if len(members) == 1:  # the common case, inline
+            seq = members[0]
+            append(seq)
             n = seq.prompt_len + seq.num_generated
             context += n
         else:
-            members = [s for s in group.seqs if s.status is running]
+            members = [s for s in members if s.status is running]
             seq = members[0]
             n = seq.num_tokens
             if any(s.num_tokens != n for s in members):
                 return None
             seqs.extend(members)
             context += n * len(members)
-        ns.append(n)
+        if ns is not None:
+            ns.append(n)
         left = group.output_len - seq.num_generated
         if kmax is None or left < kmax:
             kmax = left
@@ -101,6 +104,8 @@ def decode_run(
                 break
     if memory is not None:
         memory.add_usage(manager.decode_run_usage(groups, ns, k), k)
+    finish = scheduler.finish_seq
+    append_slots = manager.append_slots
     for group in groups:
         if group.first_token_time is None:
             group.first_token_time = first_end
@@ -110,8 +115,8 @@ def decode_run(
                 continue
             if k > 1:
                 seq.num_generated += k - 1
-                manager.append_slots(seq)  # room for the last iteration's tokens, in one call
+                append_slots(seq)  # room for the last iteration's tokens, in one call
             seq.num_generated += 1
             if seq.num_generated >= output_len:
-                scheduler.finish_seq(seq)
+                finish(seq)
     return now, k

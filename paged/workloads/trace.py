@@ -54,18 +54,21 @@ class Request:
     def __post_init__(self) -> None:
         for name in ("request_id", "prompt_len", "output_len", "prefix_len"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, Integral):
-                raise TypeError(f"Request.{name} must be an integer, got {value!r}")
+            if type(value) is not int:  # (a plain int skips the slower abstract-class checks)
+                if isinstance(value, bool) or not isinstance(value, Integral):
+                    raise TypeError(f"Request.{name} must be an integer, got {value!r}")
+                value = int(value)
+                object.__setattr__(self, name, value)
             if value < 0:
                 raise ValueError(f"Request.{name} must be >= 0, got {value}")
-            object.__setattr__(self, name, int(value))
         if self.prefix_len > self.prompt_len:
             raise ValueError(f"Request.prefix_len ({self.prefix_len} tokens) is longer than the prompt "
                              f"({self.prompt_len} tokens)")
         t = self.arrival_time
-        if isinstance(t, bool) or not isinstance(t, Real) or not math.isfinite(t) or t < 0:
+        if type(t) is not float and (isinstance(t, bool) or not isinstance(t, Real)) or not math.isfinite(t) or t < 0:
             raise ValueError(f"Request.arrival_time must be a finite number >= 0 s, got {t!r}")
-        object.__setattr__(self, "arrival_time", float(t))
+        if type(t) is not float:
+            object.__setattr__(self, "arrival_time", float(t))
 
     def with_arrival(self, request_id: int, arrival_time: float) -> Request:
         """The same lengths (prefix included) under a new id and arrival time (seconds)."""
