@@ -170,6 +170,29 @@ def test_prefill_budget_counts_a_shared_prompt_once():
     assert [g.request_id for g in out.scheduled_seq_groups] == [1]
 
 
+def test_num_batched_tokens_is_counted_when_not_set():
+    """A decode's count is its running sequences, counted on read; a prefill built by hand counts its
+    sequences' tokens; a value the scheduler set wins."""
+    from paged.core.scheduler import SchedulerOutputs
+
+    manager = PagedKVCacheManager(1024, 16, watermark=0.0)
+    sched = Scheduler(manager)
+    sched.add_seq_group(group(0, 30, 5, n=3))
+    sched.add_seq_group(group(1, 7, 5))
+    out = sched.schedule()
+    assert out.is_prefill and out.num_batched_tokens == 30 + 7  # the shared prompt once
+    step(sched, out)
+    out = sched.schedule()
+    assert not out.is_prefill and out.num_batched_tokens == 3 + 1
+    out.scheduled_seq_groups[0].seqs[0].status = SequenceStatus.FINISHED
+    assert out.num_batched_tokens == 3  # counted when read
+    by_hand = SchedulerOutputs([group(2, 9, 1)], is_prefill=True)
+    by_hand.scheduled_seq_groups[0].seqs[0].status = SequenceStatus.RUNNING
+    assert by_hand.num_batched_tokens == 9
+    by_hand.num_batched_tokens = 4
+    assert by_hand.num_batched_tokens == 4
+
+
 def test_swapped_group_comes_back_past_the_watermark():
     """Request 1 grows to 7 of 10 blocks (all it may hold above the 3-block watermark) and is swapped
     out when request 0 needs a block; once request 0 is done it must come back, watermark or not."""
