@@ -100,6 +100,18 @@ class LinearCostModel(IterationCostModel):
                               prefill["sum_sq_tokens"]]).astype(float)
         return cls(solve(xd, decode["seconds"]), solve(xp, prefill["seconds"]), float(swap_per_block))
 
+    def scaled(self, factor: float) -> LinearCostModel:
+        """The same model with every coefficient (swap included) × ``factor``: a machine that ran
+        ``factor`` times slower than when profiled.
+
+        Raises:
+            ValueError: if ``factor`` is not a positive finite number.
+        """
+        if not (isinstance(factor, (int, float)) and 0 < factor < float("inf")):
+            raise ValueError(f"factor must be a positive finite number, got {factor!r}")
+        return LinearCostModel(tuple(factor * v for v in self.decode), tuple(factor * v for v in self.prefill),
+                               factor * self.swap_per_block)
+
     def relative_errors(self, steps) -> np.ndarray:
         """(predicted − measured) ÷ measured of every profiled step (same columns as :meth:`fit`)."""
         import pandas as pd

@@ -63,5 +63,12 @@ def test_validation_profiles_fits_and_compares():
     for col in ("throughput_ratio", "latency_ratio"):
         assert (table[col] > 0).all() and table[col].apply(math.isfinite).all()
     assert profile["is_prefill"].any() and (~profile["is_prefill"]).any() and (profile["seconds"] > 0).all()
+    assert sorted(profile["pass"].unique()) == [0, 1, 2]  # before the first run and after each of the two
+    for col in ("throughput_ratio", "latency_ratio"):  # the single-pass band and the at-speed ratios exist
+        assert (table[f"{col}_min"] <= table[f"{col}_max"]).all()
+        assert (table[f"at_speed_{col}"] > 0).all()
+    assert "with the model at each run's own step speed" in validation.summary_text(table, cost)
+    with pytest.raises(ValueError, match="decode_steps"):
+        validation.validate(num_requests=6, decode_steps=0)
     assert set(validation.profile_errors(profile, cost)["kind"]) == {"decode", "prefill"}
     assert "within ±15%" in validation.summary_text(table, cost) or "outside ±15%" in validation.summary_text(table, cost)

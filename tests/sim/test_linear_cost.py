@@ -52,3 +52,14 @@ def test_fit_needs_both_kinds_of_steps():
                               "sum_sq_tokens": 0, "seconds": 0.01}])
     with pytest.raises(ValueError, match="positive"):
         LinearCostModel.fit([])
+
+
+def test_scaled_multiplies_every_time_and_refuses_a_bad_factor():
+    cost = LinearCostModel((1.0, 0.1, 0.001), (2.0, 0.5, 0.01, 1e-4), swap_per_block=0.25)
+    slow = cost.scaled(1.5)
+    assert slow.decode_time(7, 300) == pytest.approx(1.5 * cost.decode_time(7, 300))
+    assert slow.prefill_time([40, 9]) == pytest.approx(1.5 * cost.prefill_time([40, 9]))
+    assert slow.swap_time(4) == pytest.approx(1.5 * cost.swap_time(4))
+    for bad in (0, -1.0, float("inf"), float("nan"), "2"):
+        with pytest.raises(ValueError, match="factor"):
+            cost.scaled(bad)
