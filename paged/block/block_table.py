@@ -175,7 +175,8 @@ class BlockTable:
             self._num_tokens = have + num_tokens  # fast path: fits in the private last block
             return []
         cow = shared and needs_copy(have, block_size, 2)  # the first new token lands in a shared block
-        needed = -(-(have + num_tokens) // block_size) - len(blocks) + cow  # as num_new_blocks
+        fresh = -(-(have + num_tokens) // block_size) - len(blocks)  # blocks past the last one
+        needed = fresh + cow  # as num_new_blocks
         if needed > allocator.num_free_blocks:
             if not strict:
                 return None
@@ -183,13 +184,16 @@ class BlockTable:
                 f"appending {num_tokens} tokens needs {needed} free blocks, "
                 f"{allocator.num_free_blocks} are free"
             )
-        copies: list[tuple[int, int]] = []
-        if cow:
-            copies.append(copy_on_write(allocator, blocks[-1]))  # the shared block keeps its other holders
-            blocks[-1] = copies[-1][1]
         self._num_tokens = have + num_tokens
-        for _ in range(-(-self._num_tokens // block_size) - len(blocks)):
-            blocks.append(allocator.allocate())
+        allocate = allocator.allocate
+        if not cow:
+            for _ in range(fresh):
+                blocks.append(allocate())
+            return []
+        copies = [copy_on_write(allocator, blocks[-1])]  # the shared block keeps its other holders
+        blocks[-1] = copies[0][1]
+        for _ in range(fresh):
+            blocks.append(allocate())
         return copies
 
     def fork(self) -> BlockTable:
