@@ -44,8 +44,10 @@ class SchedulerOutputs:
         is_prefill: True for a prefill iteration, False for a decode iteration.
         num_batched_tokens: tokens whose KV this iteration computes (tokens); a property: what the
             scheduler counted for a prefill, else counted from the groups when read (one per running
-            sequence of a decode; :meth:`prefill_token_counts` of a prefill built by hand). O(sequences)
-            when counted, so the decode step does not pay for it unless something reads it.
+            sequence of a decode; :meth:`prefill_token_counts` of a prefill built by hand), so read
+            it before the iteration executes (sequences that finish in it stop counting). O(sequences)
+            when counted, so the decode step does not pay for it unless something reads it. Set it
+            (an int ≥ 0, or None to count) after construction; the constructor does not take it.
         blocks_to_swap_in: ``(cpu_block, gpu_block)`` copies before the iteration.
         blocks_to_swap_out: ``(gpu_block, cpu_block)`` copies before the iteration.
         blocks_to_copy: copy-on-write ``(src_block, dst_block)`` copies before the iteration.
@@ -78,7 +80,9 @@ class SchedulerOutputs:
         return sum(s.status is running for g in self.scheduled_seq_groups for s in g.seqs)
 
     @num_batched_tokens.setter
-    def num_batched_tokens(self, value: int) -> None:
+    def num_batched_tokens(self, value: int | None) -> None:
+        if value is not None and (type(value) is not int or value < 0):
+            raise ValueError(f"num_batched_tokens must be an int ≥ 0 (or None: count), got {value!r}")
         self._num_batched_tokens = value
 
     @property

@@ -47,7 +47,7 @@ from paged.systems import make_kv_manager
 from paged.workloads import poisson_arrivals
 from paged.workloads.trace import Trace
 
-__all__ = ["DECODE_GRID", "PREFILL_LENS", "TARGET", "profile_engine", "measure_swap", "validate", "profile_errors",
+__all__ = ["DECODE_GRID", "PREFILL_LENS", "PROFILE_COLUMNS", "TARGET", "profile_engine", "measure_swap", "validate", "profile_errors",
            "summary_text", "plot_validation"]
 
 #: Decode shapes profiled: (sequences, prompt tokens each), within an 8192-slot cache and the 64
@@ -104,8 +104,9 @@ def profile_engine(llm: LLM, *, decode_grid=DECODE_GRID, prefill_lens=PREFILL_LE
         ``sum_sq_tokens``, ``seconds`` (wall time), ``config`` (the grid entry).
 
     Raises:
-        ValueError: if no decode entry fits the KV cache.
+        ValueError: if no decode entry fits the KV cache, or ``decode_steps`` is not an integer ≥ 1.
     """
+    _positive_int(decode_steps, "decode_steps")
     rng = np.random.default_rng(seed)
     vocab = llm.model.config.vocab_size
     slots = llm.kv_cache.num_blocks * llm.block_size
@@ -144,6 +145,38 @@ def _metrics(groups, duration) -> dict:
     return {"throughput_rps": m["throughput_rps"], "normalized_latency": m["normalized_latency"]}
 
 
+#: Columns a profile table needs (:meth:`paged.sim.linear_cost.LinearCostModel.fit`).
+PROFILE_COLUMNS = ("is_prefill", "num_seqs", "num_tokens", "context_tokens", "sum_sq_tokens", "seconds")
+
+
+def _positive_int(value, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
+
+
+def _check_arguments(rate_fractions, decode_steps, num_requests, kv_cache_tokens, block_size, profile) -> None:
+    """Refuse :func:`validate`'s bad arguments by name, before anything runs."""
+    if isinstance(rate_fractions, (str, bytes)) or not hasattr(rate_fractions, "__iter__"):
+        raise ValueError(f"rate_fractions must be a list of fractions of the peak in (0, 1), got {rate_fractions!r}")
+    fractions = list(rate_fractions)
+    if not fractions or not all(isinstance(f, (int, float, np.number)) and not isinstance(f, bool)
+                                and 0 < f < math.inf for f in fractions):
+        raise ValueError(f"rate_fractions must be positive finite fractions of the peak, got {rate_fractions!r}")
+    _positive_int(decode_steps, "decode_steps")
+    _positive_int(num_requests, "num_requests")
+    _positive_int(block_size, "block_size")
+    _positive_int(kv_cache_tokens, "kv_cache_tokens")
+    if kv_cache_tokens < block_size:
+        raise ValueError(f"kv_cache_tokens={kv_cache_tokens} is less than one {block_size}-token block")
+    if profile is not None:
+        if not isinstance(profile, pd.DataFrame):
+            raise ValueError(f"profile must be a DataFrame from profile_engine, got {type(profile).__name__}")
+        missing = [c for c in PROFILE_COLUMNS if c not in profile.columns]
+        if missing or len(profile) == 0:
+            raise ValueError(f"profile must be a non-empty profile_engine table; missing columns: {missing or 'none'}, "
+                             f"{len(profile)} rows")
+
+
 def validate(model_path=DEFAULT_MODEL, *, num_requests: int = 64, rate_fractions=(0.3, 0.6, 0.9),
              kv_cache_tokens: int = 8192, block_size: int = 16, seed: int = 0, preemption: str = "recompute",
              num_threads: int | None = 1, profile: pd.DataFrame | None = None, decode_steps: int = 4):
@@ -175,12 +208,10 @@ def validate(model_path=DEFAULT_MODEL, *, num_requests: int = 64, rate_fractions
         ``pass`` numbered from 0); the pooled :class:`~paged.sim.linear_cost.LinearCostModel`.
 
     Raises:
-        ValueError: bad sizes or fractions.
+        ValueError: bad sizes, fractions or ``decode_steps``, or a ``profile`` without the columns
+            :meth:`LinearCostModel.fit` needs (all checked before the engine runs).
     """
-    if not rate_fractions or min(rate_fractions) <= 0:
-        raise ValueError(f"rate_fractions must be positive, got {rate_fractions}")
-    if decode_steps < 1:
-        raise ValueError(f"decode_steps must be ≥ 1, got {decode_steps}")
+    _check_arguments(rate_fractions, decode_steps, num_requests, kv_cache_tokens, block_size, profile)
     with torch_threads(num_threads):
         llm = LLM(model_path, block_size=block_size, num_gpu_blocks=kv_cache_tokens // block_size,
                   preemption=preemption)

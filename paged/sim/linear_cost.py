@@ -13,7 +13,9 @@ simulator here stands in for the paper's GPUs).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 
@@ -107,10 +109,14 @@ class LinearCostModel(IterationCostModel):
         Raises:
             ValueError: if ``factor`` is not a positive finite number.
         """
-        if not (isinstance(factor, (int, float)) and 0 < factor < float("inf")):
+        if isinstance(factor, bool) or not isinstance(factor, Real) or not 0 < factor < math.inf:
             raise ValueError(f"factor must be a positive finite number, got {factor!r}")
-        return LinearCostModel(tuple(factor * v for v in self.decode), tuple(factor * v for v in self.prefill),
-                               factor * self.swap_per_block)
+        f = float(factor)
+        scaled = LinearCostModel(tuple(f * v for v in self.decode), tuple(f * v for v in self.prefill),
+                                 f * self.swap_per_block)
+        if not all(map(math.isfinite, (*scaled.decode, *scaled.prefill, scaled.swap_per_block))):
+            raise ValueError(f"factor {factor!r} makes a coefficient infinite")
+        return scaled
 
     def relative_errors(self, steps) -> np.ndarray:
         """(predicted − measured) ÷ measured of every profiled step (same columns as :meth:`fit`)."""

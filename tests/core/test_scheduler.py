@@ -191,6 +191,11 @@ def test_num_batched_tokens_is_counted_when_not_set():
     assert by_hand.num_batched_tokens == 9
     by_hand.num_batched_tokens = 4
     assert by_hand.num_batched_tokens == 4
+    for bad in (-1, 2.5, "3"):
+        with pytest.raises(ValueError, match="num_batched_tokens"):
+            by_hand.num_batched_tokens = bad
+    by_hand.num_batched_tokens = None  # back to counting
+    assert by_hand.num_batched_tokens == 9
 
 
 def test_swapped_group_comes_back_past_the_watermark():

@@ -72,3 +72,16 @@ def test_validation_profiles_fits_and_compares():
         validation.validate(num_requests=6, decode_steps=0)
     assert set(validation.profile_errors(profile, cost)["kind"]) == {"decode", "prefill"}
     assert "within ±15%" in validation.summary_text(table, cost) or "outside ±15%" in validation.summary_text(table, cost)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(rate_fractions=()), "rate_fractions"), (dict(rate_fractions=0.5), "rate_fractions"),
+    (dict(rate_fractions=("a",)), "rate_fractions"), (dict(rate_fractions=(float("nan"),)), "rate_fractions"),
+    (dict(rate_fractions=(float("inf"),)), "rate_fractions"), (dict(decode_steps=2.5), "decode_steps"),
+    (dict(decode_steps="4"), "decode_steps"), (dict(num_requests=0), "num_requests"),
+    (dict(block_size=0), "block_size"), (dict(kv_cache_tokens=8), "kv_cache_tokens"),
+    (dict(profile=pd.DataFrame({"seconds": [0.1]})), "profile"), (dict(profile=pd.DataFrame()), "profile"),
+])
+def test_validation_refuses_bad_arguments_before_running(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        validation.validate(model_path="/nonexistent", **kwargs)  # refused before the model is loaded

@@ -63,3 +63,15 @@ def test_scaled_multiplies_every_time_and_refuses_a_bad_factor():
     for bad in (0, -1.0, float("inf"), float("nan"), "2"):
         with pytest.raises(ValueError, match="factor"):
             cost.scaled(bad)
+
+
+def test_scaled_takes_numpy_numbers_and_refuses_an_overflow():
+    cost = LinearCostModel((1.0, 0.1, 0.001), (2.0, 0.5, 0.01, 1e-4))
+    for factor in (np.float32(1.5), np.int64(2), 2):
+        assert cost.scaled(factor).decode_time(1, 0) == pytest.approx(float(factor) * 1.1)
+        assert all(type(v) is float for v in cost.scaled(factor).decode)
+    for bad in (True, None, [2.0]):
+        with pytest.raises(ValueError, match="factor"):
+            cost.scaled(bad)
+    with pytest.raises(ValueError, match="infinite"):
+        LinearCostModel((1e300, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0)).scaled(1e10)
