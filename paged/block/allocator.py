@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from paged.core.checks import as_positive_int
+
 __all__ = ["BlockAllocator", "OutOfBlocksError"]
 
 
@@ -44,9 +46,7 @@ class BlockAllocator:
     __slots__ = ("_num_blocks", "_block_size", "_free", "_ref_counts")
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        num_blocks, block_size = as_positive_int(num_blocks, "num_blocks"), as_positive_int(block_size, "block_size")
         self._num_blocks = num_blocks
         self._block_size = block_size
         try:

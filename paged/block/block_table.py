@@ -150,7 +150,8 @@ class BlockTable:
             num_tokens = as_int(num_tokens, "a token count")
         have = self._num_tokens
         blocks = self._blocks
-        # The decode step's common case, before any other work: the tokens fit in a private last block.
+        # The decode step's common case, before any other work: the tokens fit in a private last block
+        # (the test _grow starts with, repeated here to save the call on the simulator's hottest path).
         if have < num_tokens <= len(blocks) * self._block_size and self._allocator._ref_counts[blocks[-1]] == 1:
             self._num_tokens = num_tokens
             return []
@@ -184,16 +185,13 @@ class BlockTable:
                 f"appending {num_tokens} tokens needs {needed} free blocks, "
                 f"{allocator.num_free_blocks} are free"
             )
+        copies: list[tuple[int, int]] = []
+        if cow:
+            copies.append(copy_on_write(allocator, blocks[-1]))  # the shared block keeps its other holders
+            blocks[-1] = copies[-1][1]
         self._num_tokens = have + num_tokens
-        allocate = allocator.allocate
-        if not cow:
-            for _ in range(fresh):
-                blocks.append(allocate())
-            return []
-        copies = [copy_on_write(allocator, blocks[-1])]  # the shared block keeps its other holders
-        blocks[-1] = copies[0][1]
         for _ in range(fresh):
-            blocks.append(allocate())
+            blocks.append(allocator.allocate())
         return copies
 
     def fork(self) -> BlockTable:

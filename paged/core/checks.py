@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 
-__all__ = ["as_int", "as_token_ids"]
+__all__ = ["as_int", "as_positive_int", "as_token_ids"]
 
 
 def as_int(value, what: str) -> int:
@@ -23,6 +23,25 @@ def as_int(value, what: str) -> int:
         except TypeError:
             pass
     raise TypeError(f"{what} must be an integer, got {value!r}")
+
+
+def as_positive_int(value, what: str) -> int:
+    """``value`` as a Python int ≥ 1 (a count or a size): any integer type with ``__index__``, not a
+    bool.
+
+    Raises:
+        ValueError: naming ``what`` and the value, for anything else (a float, string, None, bool,
+            zero or a negative number).
+    """
+    if not isinstance(value, bool):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            pass
+        else:
+            if value >= 1:
+                return value
+    raise ValueError(f"{what} must be a positive integer, got {value!r}")
 
 
 def as_token_ids(values, what: str) -> list[int]:

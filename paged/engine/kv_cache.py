@@ -18,13 +18,9 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from paged.core.checks import as_positive_int
+
 __all__ = ["PagedKVCache"]
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class PagedKVCache:
@@ -58,9 +54,10 @@ class PagedKVCache:
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
                  head_size: int, dtype: torch.dtype = torch.float16, device: str | torch.device = "cpu",
                  *, num_cpu_blocks: int = 0, memory_budget_bytes: int | None = None) -> None:
-        for name, value in (("num_layers", num_layers), ("num_blocks", num_blocks), ("block_size", block_size),
-                            ("num_kv_heads", num_kv_heads), ("head_size", head_size)):
-            _positive_int(name, value)
+        num_layers, num_blocks, block_size, num_kv_heads, head_size = (
+            as_positive_int(value, name) for name, value in (("num_layers", num_layers), ("num_blocks", num_blocks),
+                                                             ("block_size", block_size), ("num_kv_heads", num_kv_heads),
+                                                             ("head_size", head_size)))
         if isinstance(num_cpu_blocks, bool) or not isinstance(num_cpu_blocks, int) or num_cpu_blocks < 0:
             raise ValueError(f"num_cpu_blocks must be a non-negative integer, got {num_cpu_blocks!r}")
         need = num_blocks * self.bytes_per_block(num_layers, block_size, num_kv_heads, head_size, dtype)

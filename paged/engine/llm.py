@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from paged.core.checks import as_token_ids
+from paged.core.checks import as_positive_int, as_token_ids
 from paged.core.scheduler import PREEMPTION_MODES, Scheduler
 from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop
@@ -160,8 +160,8 @@ class LLM:
         for name, value in (("block_size", block_size), ("max_num_seqs", max_num_seqs),
                             ("max_num_batched_tokens", max_num_batched_tokens), ("max_model_len", max_model_len),
                             ("num_gpu_blocks", num_gpu_blocks)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            if value is not None:
+                as_positive_int(value, name)
         self.model, self.tokenizer = _load(model, tokenizer, dtype)
         if device is not None:
             self.model.to(device)

@@ -38,6 +38,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from paged.core.checks import as_positive_int
 from paged.core.metrics import request_metrics
 from paged.engine import LLM, SamplingParams
 from paged.experiments.engine import DEFAULT_MODEL, sharegpt_requests, torch_threads
@@ -106,7 +107,7 @@ def profile_engine(llm: LLM, *, decode_grid=DECODE_GRID, prefill_lens=PREFILL_LE
     Raises:
         ValueError: if no decode entry fits the KV cache, or ``decode_steps`` is not an integer ≥ 1.
     """
-    _positive_int(decode_steps, "decode_steps")
+    as_positive_int(decode_steps, "decode_steps")
     rng = np.random.default_rng(seed)
     vocab = llm.model.config.vocab_size
     slots = llm.kv_cache.num_blocks * llm.block_size
@@ -149,11 +150,6 @@ def _metrics(groups, duration) -> dict:
 PROFILE_COLUMNS = ("is_prefill", "num_seqs", "num_tokens", "context_tokens", "sum_sq_tokens", "seconds")
 
 
-def _positive_int(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
-
-
 def _check_arguments(rate_fractions, decode_steps, num_requests, kv_cache_tokens, block_size, profile) -> None:
     """Refuse :func:`validate`'s bad arguments by name, before anything runs."""
     if isinstance(rate_fractions, (str, bytes)) or not hasattr(rate_fractions, "__iter__"):
@@ -162,10 +158,10 @@ def _check_arguments(rate_fractions, decode_steps, num_requests, kv_cache_tokens
     if not fractions or not all(isinstance(f, (int, float, np.number)) and not isinstance(f, bool)
                                 and 0 < f < math.inf for f in fractions):
         raise ValueError(f"rate_fractions must be positive finite fractions of the peak, got {rate_fractions!r}")
-    _positive_int(decode_steps, "decode_steps")
-    _positive_int(num_requests, "num_requests")
-    _positive_int(block_size, "block_size")
-    _positive_int(kv_cache_tokens, "kv_cache_tokens")
+    as_positive_int(decode_steps, "decode_steps")
+    as_positive_int(num_requests, "num_requests")
+    as_positive_int(block_size, "block_size")
+    as_positive_int(kv_cache_tokens, "kv_cache_tokens")
     if kv_cache_tokens < block_size:
         raise ValueError(f"kv_cache_tokens={kv_cache_tokens} is less than one {block_size}-token block")
     if profile is not None:
