@@ -114,6 +114,7 @@ def test_bad_value_is_refused_in_the_first_cells(nb, tmp_path):
     (dict(duration_scale={"nosuch": 1.0}), "parameter 'duration_scale': 'nosuch' is not one of"),
     (dict(thresholds=[0.3]), "parameter 'thresholds' must include the headline 0.2"),
     (dict(rel_tol=5.0), "parameter 'rel_tol' must be in (0, 1)"),
+    (dict(thresholds=[0.2, 0.2]), "parameter 'thresholds' has a value twice"),
 ])
 def test_throughput_names_a_bad_trace_or_threshold(params, message, tmp_path):
     nb = ROOT / "notebooks" / "03_throughput.ipynb"
