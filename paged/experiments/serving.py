@@ -61,7 +61,7 @@ from paged.experiments.run_length import (CONVERGENCE_ABS_S, CONVERGENCE_TOL, MA
                                           LatencyCapExceeded, convergence, long_trace, paper_duration,
                                           run_duration)
 from paged.sim.cost_model import CostModel, get_cost_model
-from paged.sim.simulator import groups_from_trace, simulate
+from paged.sim.simulator import simulate
 from paged.sim.static_batching import simulate_static_batching
 from paged.systems import PAPER_SYSTEMS, get_system, make_kv_manager
 from paged.workloads import get_trace
@@ -163,7 +163,7 @@ def metrics(result: ServingResult) -> dict[str, float]:
 def _served(requests, system, cost, block_size, preemption, latency_cap, groups, record_sharing):
     """One run: ``(metrics + first_half_latency [+ sharing], stopped_early)``; a run stopped at
     ``latency_cap`` has only its latency bound (the other metrics are unknown)."""
-    bound = LatencyBound(groups_from_trace(requests), latency_cap) if latency_cap is not None else None
+    bound = LatencyBound(requests, latency_cap) if latency_cap is not None else None  # arrival times, output lengths
     try:
         result = run_system(requests, system, cost, block_size=block_size, preemption=preemption, on_finish=bound,
                             record_sharing=record_sharing, **groups)

@@ -32,6 +32,8 @@ groups step one iteration at a time.
 from __future__ import annotations
 
 import gc
+from contextlib import contextmanager
+from operator import attrgetter
 from collections.abc import Callable, Sequence as Seq
 from dataclasses import dataclass
 
@@ -42,7 +44,7 @@ from paged.core.serving_loop import ServingLoop, ServingResult
 from paged.sim.beam_replay import BeamTrace, beam_trace
 from paged.sim.executor import SimulatedExecutor
 
-__all__ = ["simulate", "groups_from_trace", "SimSequenceGroup", "SHARED_PREFIX_MODES"]
+__all__ = ["simulate", "groups_from_trace", "gc_paused", "SimSequenceGroup", "SHARED_PREFIX_MODES"]
 
 #: How requests carrying a shared prefix (``prefix_len``) share it: ``"reserved"``, the provider-reserved
 #: prefix of §4.4 (its blocks computed in advance and shared); ``"tokens"``, found by automatic prefix
@@ -57,6 +59,24 @@ class SimSequenceGroup(SequenceGroup):
     search it replays (:mod:`paged.sim.beam_replay`); ``beam`` is None otherwise."""
 
     beam: BeamTrace | None = None
+
+
+@contextmanager
+def gc_paused():
+    """Pause Python's cyclic garbage collector inside the block (restored after, also on an error).
+
+    A simulated run allocates a few objects per request and per iteration (an hour of Alpaca at
+    45 req/s: 163,000 groups) and makes no reference cycles, so the generational collections that
+    the allocations trigger find nothing; they took two thirds of building the groups and would
+    dominate the loop. Reference counting still frees everything.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def groups_from_trace(trace: Seq, *, n: int = 1, beam_width: int = 1,
@@ -81,20 +101,29 @@ def groups_from_trace(trace: Seq, *, n: int = 1, beam_width: int = 1,
     if shared_prefix not in SHARED_PREFIX_MODES:
         raise ValueError(f"shared_prefix must be one of {SHARED_PREFIX_MODES}, got {shared_prefix!r}")
     width = n if beam_width == 1 else 1
+    beam = beam_width > 1
+    max_num_seqs = beam_width if beam else 0
+    tokens = shared_prefix == "tokens"
+    reserved = shared_prefix == "reserved"
     groups = []
+    append = groups.append
+    # Built once per simulated run (163,000 requests for an hour of Alpaca at 45 req/s): invariants are
+    # hoisted and the constructors take positional arguments.
     for i, req in enumerate(trace):
         prompt_len = int(req.prompt_len)
-        prefix_len = min(int(getattr(req, "prefix_len", 0) or 0), prompt_len)
+        prefix_len = getattr(req, "prefix_len", 0)
+        prefix_len = min(int(prefix_len), prompt_len) if prefix_len else 0
         token_ids = None
-        if shared_prefix == "tokens":  # the prefix's tokens are the same for everyone, the rest are this request's
+        if tokens:  # the prefix's tokens are the same for everyone, the rest are this request's
             token_ids = list(range(prefix_len)) + [-(i + 1)] * (prompt_len - prefix_len)
-        seqs = [Sequence(seq_id=i * width + k, prompt_len=prompt_len, token_ids=token_ids) for k in range(width)]
-        groups.append(SimSequenceGroup(
-            request_id=getattr(req, "request_id", i), arrival_time=float(req.arrival_time), seqs=seqs,
-            output_len=int(req.output_len), max_num_seqs=beam_width if beam_width > 1 else 0,
-            prefix_len=prefix_len if shared_prefix == "reserved" else 0,
-            beam=beam_trace(beam_width, i) if beam_width > 1 else None))
-    groups.sort(key=lambda g: g.arrival_time)
+        if width == 1:
+            seqs = [Sequence(i, prompt_len, 0, token_ids)]
+        else:
+            seqs = [Sequence(i * width + k, prompt_len, 0, token_ids) for k in range(width)]
+        append(SimSequenceGroup(getattr(req, "request_id", i), float(req.arrival_time), seqs, int(req.output_len),
+                                None, None, None, None, 0, max_num_seqs, prefix_len if reserved else 0, 0,
+                                beam_trace(beam_width, i) if beam else None))
+    groups.sort(key=attrgetter("arrival_time"))
     return groups
 
 
@@ -148,21 +177,16 @@ def simulate(
         max_num_batched_tokens=max_num_batched_tokens,
         preemption_mode=preemption_mode,
     )
-    groups = groups_from_trace(trace, n=n, beam_width=beam_width, shared_prefix=shared_prefix)
-    for group in groups:  # reject impossible requests before any work is done
-        if group.prompt_len < 1 or group.output_len < 1:
-            raise ValueError(
-                f"request {group.request_id!r}: prompt_len={group.prompt_len}, "
-                f"output_len={group.output_len}; both must be ≥ 1"
-            )
-    executor = SimulatedExecutor(iteration_time, fast_forward=fast_forward,
-                                 first_fork_id=sum(len(g.seqs) for g in groups))
-    loop = ServingLoop(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing,
-                       on_finish=on_finish)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # the loop makes no reference cycles; full collections would dominate its time
-    try:
+    with gc_paused():  # building the groups and the loop make no reference cycles
+        groups = groups_from_trace(trace, n=n, beam_width=beam_width, shared_prefix=shared_prefix)
+        for group in groups:  # reject impossible requests before any work is done
+            if group.prompt_len < 1 or group.output_len < 1:
+                raise ValueError(
+                    f"request {group.request_id!r}: prompt_len={group.prompt_len}, "
+                    f"output_len={group.output_len}; both must be ≥ 1"
+                )
+        executor = SimulatedExecutor(iteration_time, fast_forward=fast_forward,
+                                     first_fork_id=sum(len(g.seqs) for g in groups))
+        loop = ServingLoop(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing,
+                           on_finish=on_finish)
         return loop.run()
-    finally:
-        if gc_was_enabled:
-            gc.enable()

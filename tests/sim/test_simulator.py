@@ -60,6 +60,7 @@ def test_static_batching_sums_decode_steps_like_the_step_by_step_loop():
 from dataclasses import dataclass  # noqa: E402
 
 from paged.sim.beam_replay import load_beam_traces  # noqa: E402
+from paged.core.sequence import SequenceStatus  # noqa: E402
 from paged.sim.simulator import groups_from_trace  # noqa: E402
 
 
@@ -112,6 +113,47 @@ def test_beam_groups_under_preemption_finish_and_free_everything(preemption):
     assert all(s.num_generated == r.output_len for g, r in zip(sorted(result.groups, key=lambda g: g.request_id), trace)
                for s in g.seqs)
     assert manager.get_num_free_gpu_blocks() == 1024 // 16 and manager.cpu_allocator.num_free_blocks == 256
+
+
+@pytest.mark.parametrize("kw", [{}, {"n": 3}, {"beam_width": 2}, {"shared_prefix": "tokens"}, {"shared_prefix": "none"}],
+                         ids=["basic", "parallel3", "beam2", "tokens", "none"])
+def test_groups_from_trace_fills_every_field_by_name(kw):
+    # groups_from_trace builds its groups with positional arguments (speed): each field must get its value.
+    trace = [PrefixedRequest(7, 40, 9, 0.5, 16), PrefixedRequest(8, 30, 5, 0.25, 0)]
+    groups = groups_from_trace(trace, **kw)
+    assert [g.request_id for g in groups] == [8, 7]  # arrival order
+    g = groups[1]
+    width = kw.get("n", 1)
+    prefix = 16 if kw.get("shared_prefix", "reserved") == "reserved" else 0
+    assert (g.arrival_time, g.output_len, g.prefix_len, g.max_num_seqs) == (0.5, 9, prefix, 2 if "beam_width" in kw else 0)
+    assert (g.sampling_params, g.first_scheduled_time, g.first_token_time, g.finished_time) == (None,) * 4
+    assert (g.num_preemptions, g.num_cached_tokens) == (0, 0)
+    assert (g.beam is not None) == ("beam_width" in kw)
+    assert [s.seq_id for s in g.seqs] == list(range(width))  # the first request of the trace: ids 0..width-1
+    assert all((s.prompt_len, s.num_generated, s.status, s.parent_seq_id) == (40, 0, SequenceStatus.WAITING, None)
+               for s in g.seqs)
+    tokens = g.seqs[0].token_ids
+    assert (tokens == list(range(16)) + [-1] * 24) if kw.get("shared_prefix") == "tokens" else tokens is None
+
+
+def test_gc_paused_restores_the_collector_also_on_an_error():
+    import gc
+
+    from paged.sim.simulator import gc_paused
+
+    assert gc.isenabled()
+    with pytest.raises(KeyError):
+        with gc_paused():
+            assert not gc.isenabled()
+            raise KeyError("x")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # left as it was found
+    finally:
+        gc.enable()
 
 
 def test_beam_replay_follows_the_recording():
