@@ -226,7 +226,10 @@ class BlockTable:
 
         Raises:
             ValueError: unless ``0 <= start <= end <= num_tokens``.
+            TypeError: if ``start`` or ``end`` is not an integer.
         """
+        if type(start) is not int or type(end) is not int:
+            start, end = as_int(start, "slot_mapping's start"), as_int(end, "slot_mapping's end")
         if not 0 <= start <= end <= self._num_tokens:
             raise ValueError(
                 f"slot_mapping({start}, {end}) outside the table's {self._num_tokens} tokens"

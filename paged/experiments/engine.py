@@ -374,8 +374,10 @@ def summary_text(df: pd.DataFrame, cost: pd.DataFrame) -> str:
     med = _medians(df)
     lines = []
     for system, r in summary.iterrows():
-        lines.append(f"* paged ÷ {system}: {r['paged_speedup_median']:.2f}× tokens/s (median of {int(r['rounds'])} "
-                     f"rounds, {r['paged_speedup_min']:.2f}–{r['paged_speedup_max']:.2f}); mean decode batch "
+        rounds = int(r["rounds"])
+        spread = (f"median of {rounds} rounds, {r['paged_speedup_min']:.2f}–{r['paged_speedup_max']:.2f}" if rounds > 1
+                  else "one round: no spread")
+        lines.append(f"* paged ÷ {system}: {r['paged_speedup_median']:.2f}× tokens/s ({spread}); mean decode batch "
                      f"{r['paged_mean_batch']:.1f} vs {r['mean_batch']:.1f}.")
     step = cost.set_index("batch_size")["step_seconds"]
     if len(step) > 1:

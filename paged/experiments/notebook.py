@@ -23,7 +23,8 @@ annotation takes anything.
 Value rules, given to :func:`check_parameters` so that a bad value fails in the first cells,
 before any heavy work: ``positive`` names must be > 0 and ``nonnegative`` names ≥ 0 (for a list,
 every item, and the list must not be empty; for a dict, every value); ``choices`` maps a name to
-its allowed values (for a list, every item; for a dict, every key); ``required_keys`` maps a dict
+its allowed values (for a list, every item, and the list must not be empty; for a dict, every
+key); ``required_keys`` maps a dict
 parameter to the keys it must have (e.g. one rate per trace of another parameter).
 """
 
@@ -275,6 +276,8 @@ def check_parameters(namespace: dict, *, positive=(), nonnegative=(), choices=No
             _check_numbers(name, namespace.get(name), low, rule)
     for name, allowed in (choices or {}).items():
         value = namespace.get(name)
+        if isinstance(value, (list, tuple)) and not value:
+            raise ParameterValueError(f"papermill parameter {name!r} must not be empty; choose from {list(allowed)}")
         items = list(value) if isinstance(value, (list, tuple, dict)) else [value]
         bad = [item for item in items if item not in allowed]
         if bad:

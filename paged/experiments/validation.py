@@ -277,7 +277,14 @@ def validate(model_path=DEFAULT_MODEL, *, num_requests: int = 64, rate_fractions
 def plot_validation(table: pd.DataFrame, profile: pd.DataFrame, cost: LinearCostModel):
     """(a) the fitted CPU cost model vs every profiled step; (b) prediction ÷ measurement per rate
     (bars: the pooled fit; whiskers: the range over single-pass fits, when :func:`validate` gave one;
-    diamonds: the pooled fit at each run's own step speed)."""
+    diamonds: the pooled fit at each run's own step speed).
+
+    Raises:
+        ValueError: if ``table`` or ``profile`` has no rows (nothing to draw).
+    """
+    if not len(table) or not len(profile):
+        raise ValueError(f"plot_validation needs the rows of validate(): got {len(table)} compared runs and "
+                         f"{len(profile)} profiled steps")
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
     predicted = np.asarray(cost.relative_errors(profile)) + 1.0
     for prefill, marker, label in ((False, "o", "decode steps"), (True, "s", "prefill steps")):

@@ -277,7 +277,8 @@ def get_cost_model(model: str, *, block_size: int = 16, paged_kernel: bool = Tru
     """The cost model of a Table 1 preset (``opt-13b``, ``opt-66b``, ``opt-175b``, ``llama-13b``).
 
     Raises:
-        ValueError: for an unknown model or a negative or non-finite ``cpu_scale``.
+        ValueError: for an unknown model or a negative or non-finite ``cpu_scale``; TypeError for a
+            model that is not a name.
     """
     if not 0 <= cpu_scale < float("inf"):
         raise ValueError(f"cpu_scale must be a finite number ≥ 0, got {cpu_scale!r}")

@@ -107,8 +107,10 @@ def get_model(name: str) -> ModelSpec:
     """The preset :class:`ModelSpec` called ``name`` (opt-13b, opt-66b, opt-175b, llama-13b).
 
     Raises:
-        ValueError: for an unknown name.
+        ValueError: for an unknown name; TypeError for a name that is not a string.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"model must be a preset name (one of {sorted(MODELS or _presets())}), got {name!r}")
     if not MODELS:
         MODELS.update(_presets())
     try:

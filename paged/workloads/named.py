@@ -8,6 +8,7 @@ paper's); ``get_trace(..., tokenizer=)`` picks one. ``data/README.md`` says wher
 
 from __future__ import annotations
 
+import numbers
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -80,9 +81,11 @@ def get_trace(trace: str | Path, num_requests: int | None = None, *, seed: int =
             Ignored for a length CSV (already counted) and ``"alpaca-synthetic"``.
 
     Raises:
-        ValueError: for an unknown name or tokenizer, a bad count or rate;
+        ValueError: for an unknown name or tokenizer, a bad count, rate or seed;
         FileNotFoundError: for a missing path.
     """
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be an integer ≥ 0, got {seed!r}")
     key = str(trace).lower()
     if key == "alpaca-synthetic":
         base = alpaca_like(num_requests or 1000, seed)

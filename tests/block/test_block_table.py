@@ -119,6 +119,12 @@ def test_slot_mapping():
         table.slot_mapping(0, 7)
     with pytest.raises(ValueError):
         table.slot_mapping(4, 2)
+    with pytest.raises(TypeError, match="slot_mapping's start must be an integer, got 'a'"):
+        table.slot_mapping("a", 3)
+    with pytest.raises(TypeError, match="slot_mapping's end must be an integer, got 2.0"):
+        table.slot_mapping(0, 2.0)
+    import numpy as np
+    assert table.slot_mapping(np.int64(5), np.int32(6)) == [b1 * 4 + 1]
 
 
 def test_free_twice_is_harmless_and_blocks_return():

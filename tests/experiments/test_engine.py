@@ -27,6 +27,15 @@ def test_ratio_summary_by_hand():
         engine.ratio_summary(df.drop(columns="tokens_per_s_ratio"))
 
 
+def test_summary_text_says_when_there_is_one_round():
+    df = pd.DataFrame([{"round": 0, "system": s, "tokens_per_s_ratio": r, "mean_batch_size": b, "preemption": "recompute",
+                        "load_1min": 0.5}
+                       for s, r, b in (("paged", 1.0, 30.0), ("orca-max", 0.5, 7.0))])
+    cost = pd.DataFrame({"batch_size": [1], "step_seconds": [0.01]})
+    text = engine.summary_text(df, cost)
+    assert "one round: no spread" in text and "median of" not in text
+
+
 @pytest.mark.slow
 def test_interleaved_rounds_rotate_the_order_and_pair_the_ratios():
     df = engine.throughput_comparison(num_requests=6, kv_cache_tokens=1024, systems=["paged", "paged-swap",
@@ -72,6 +81,8 @@ def test_validation_profiles_fits_and_compares():
         validation.validate(num_requests=6, decode_steps=0)
     assert set(validation.profile_errors(profile, cost)["kind"]) == {"decode", "prefill"}
     assert "within ±15%" in validation.summary_text(table, cost) or "outside ±15%" in validation.summary_text(table, cost)
+    with pytest.raises(ValueError, match="plot_validation needs the rows of validate"):
+        validation.plot_validation(table.iloc[:0], profile, cost)
 
 
 @pytest.mark.parametrize("kwargs, name", [

@@ -70,6 +70,7 @@ def test_long_values_are_shortened_in_the_message():
     ("rates_by_trace", {"sharegpt": 0.0}, r"rates_by_trace\['sharegpt'\] must be > 0"),
     ("rates_by_trace", {"foo": 1.0}, "'foo' is not one of"), ("system", "pagd", "'pagd' is not one of"),
     ("systems", ["paged", "x"], "'x' is not one of"),
+    ("systems", [], r"'systems' must not be empty; choose from \['paged'\]"),
 ])
 def test_bad_values_named(name, value, match):
     from paged.experiments.notebook import ParameterValueError

@@ -115,9 +115,22 @@ def test_bad_value_is_refused_in_the_first_cells(nb, tmp_path):
     (dict(thresholds=[0.3]), "parameter 'thresholds' must include the headline 0.2"),
     (dict(rel_tol=5.0), "parameter 'rel_tol' must be in (0, 1)"),
     (dict(thresholds=[0.2, 0.2]), "parameter 'thresholds' has a value twice"),
+    (dict(traces=[]), "parameter 'traces' must not be empty"),
 ])
 def test_throughput_names_a_bad_trace_or_threshold(params, message, tmp_path):
     nb = ROOT / "notebooks" / "03_throughput.ipynb"
+    with pytest.raises(pm.PapermillExecutionError) as err:
+        _execute(nb, tmp_path, **params)
+    assert message in str(err.value) and err.value.ename == "ParameterValueError"
+    assert err.value.exec_count <= 3
+
+
+@pytest.mark.parametrize("params,message", [
+    (dict(batch_prompt_lens=[2, 5], batch_output_lens=[3]), "need one value per request: got 2 and 1"),
+    (dict(sched_num_slots=2), "parameter 'sched_num_slots' (2 tokens) must hold one block"),
+])
+def test_tour_refuses_inconsistent_views_in_the_first_cells(params, message, tmp_path):
+    nb = ROOT / "notebooks" / "00_tour.ipynb"
     with pytest.raises(pm.PapermillExecutionError) as err:
         _execute(nb, tmp_path, **params)
     assert message in str(err.value) and err.value.ename == "ParameterValueError"

@@ -25,3 +25,14 @@ def test_table1_kv_bytes_and_slots():
 def test_unknown_model_names_the_choices():
     with pytest.raises(ValueError, match="unknown model 'gpt-5'.*opt-13b"):
         get_model("gpt-5")
+
+
+def test_a_model_that_is_not_a_name_is_refused_by_type():
+    from paged.sim.cost_model import get_cost_model
+
+    with pytest.raises(TypeError, match="model must be a preset name"):
+        get_model(13)
+    with pytest.raises(TypeError, match="opt-13b"):
+        get_cost_model(13)
+    with pytest.raises(ValueError, match="unknown model 'opt-14b'"):
+        get_model("opt-14b")

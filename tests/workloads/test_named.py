@@ -85,3 +85,9 @@ def test_bad_names_and_paths(tmp_path):
         data_path("nothing.csv")
     with pytest.raises(ValueError, match="no committed file for trace 'alpaca-synthetic'"):
         trace_file("alpaca-synthetic")
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "0", True, None])
+def test_a_bad_seed_is_refused_by_name(seed):
+    with pytest.raises(ValueError, match="seed must be an integer ≥ 0"):
+        get_trace("sharegpt", 10, seed=seed)
