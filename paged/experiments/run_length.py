@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import numbers
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from paged.workloads import get_trace
 from paged.workloads.trace import Trace
 
 __all__ = ["PAPER_DURATION_S", "MIN_REQUESTS", "CONVERGENCE_TOL", "CONVERGENCE_ABS_S", "MAX_DURATION_FACTOR", "paper_duration", "run_duration",
+           "capped_duration_scale",
            "long_trace",
            "convergence", "LatencyBound", "LatencyCapExceeded"]
 
@@ -58,6 +60,26 @@ _CHUNK = 4096
 def paper_duration(model: str) -> float:
     """The paper's trace length for ``model`` (seconds of arrivals)."""
     return PAPER_DURATION_S.get(str(model).lower(), PAPER_DURATION_S["default"])
+
+
+def capped_duration_scale(max_requests: int, rate: float, model: str, scale: float = 1.0) -> float:
+    """The ``duration_scale`` (× the paper's trace length) of a run at ``rate`` req/s that lasts
+    ``scale`` × the paper's length but holds about ``max_requests`` requests at most:
+    ``min(scale, max_requests / (rate × paper_duration(model)))``.
+
+    For runs that compare settings at one fixed load (Fig. 18b, 19b) rather than locate a knee: the
+    mean latency's sample is the requests served, and an hour of Alpaca at 45 req/s is 163,000 of them.
+    Such a run is still doubled while its latency has not converged (:func:`~paged.experiments.serving.simulate_point`).
+
+    Raises:
+        ValueError: for ``max_requests`` < 1, or a ``rate`` or ``scale`` that is not a finite number > 0.
+    """
+    if isinstance(max_requests, bool) or not isinstance(max_requests, numbers.Integral) or max_requests < 1:
+        raise ValueError(f"max_requests must be an integer ≥ 1, got {max_requests!r}")
+    for name, value in (("rate", rate), ("scale", scale)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return min(float(scale), max_requests / (rate * paper_duration(model)))
 
 
 def run_duration(floor: float, rate: float) -> float:

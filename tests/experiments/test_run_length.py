@@ -67,3 +67,17 @@ def test_convergence_halves():
 
     first, overall = run_length.convergence([G(0, 1.0), G(1, 1.0), G(2, 3.0), G(3, 3.0)])
     assert (first, overall) == (1.0, 2.0)
+
+
+def test_capped_duration_scale_cuts_the_paper_length_to_a_request_count():
+    from paged.experiments.run_length import capped_duration_scale, paper_duration
+
+    assert capped_duration_scale(40_000, 2.9, "opt-13b") == 1.0  # an hour of ShareGPT: 10,000 requests, kept
+    assert capped_duration_scale(40_000, 45.3, "opt-13b") == pytest.approx(40_000 / (45.3 * 3600))
+    assert capped_duration_scale(40_000, 45.3, "opt-13b", 0.1) == 0.1  # never longer than asked
+    assert capped_duration_scale(1000, 10.0, "opt-175b") == pytest.approx(1000 / (10.0 * paper_duration("opt-175b")))
+    for bad in ({"max_requests": 0}, {"max_requests": 1.5}, {"rate": 0.0}, {"rate": float("inf")}, {"scale": -1.0},
+                {"scale": True}):
+        args = {"max_requests": 100, "rate": 1.0, "model": "opt-13b", "scale": 1.0, **bad}
+        with pytest.raises(ValueError, match="must be"):
+            capped_duration_scale(**args)
