@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="counts of a named trace: gpt2 (alias opt: the paper's OPT models; default) | cl100k")
     frag.add_argument("--block-size", type=positive_int, default=16, help="tokens per block (paged)")
     frag.add_argument("--num-requests", type=count_or_all, default=1000,
-                      help="requests sampled, or 'all' (every request of the trace; alpaca: 1000)")
+                      help="requests sampled, or 'all' (every request of the trace; alpaca-synthetic: 1000 generated)")
     frag.add_argument("--seed", type=seed_int, default=0, help="sampling seed")
     frag.add_argument("--rate", type=float, default=None,
                       help="requests/s of Poisson arrivals (inf: all at t=0); default: the trace's own times "
@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--system", default="paged", choices=SYSTEMS, help="serving system")
     sim.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s; inf: all at t=0)")
     sim.add_argument("--num-requests", type=count_or_all, default=1000,
-                     help="requests sampled, or 'all' (every request of the trace; alpaca: 1000)")
+                     help="requests sampled, or 'all' (every request of the trace; alpaca-synthetic: 1000 generated)")
     sim.add_argument("--paper-length", action="store_true",
                      help="serve the paper's trace length instead of --num-requests (1 h of arrivals at "
                           "--rate, 15 min for OPT-175B, doubled if not converged; with --rate inf: the "

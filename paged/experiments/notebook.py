@@ -25,7 +25,8 @@ before any heavy work: ``positive`` names must be > 0 and ``nonnegative`` names 
 every item, and the list must not be empty; for a dict, every value); ``choices`` maps a name to
 its allowed values (for a list, every item, and the list must not be empty; for a dict, every
 key); ``required_keys`` maps a dict
-parameter to the keys it must have (e.g. one rate per trace of another parameter).
+parameter to the keys it must have (e.g. one rate per trace of another parameter); ``distinct``
+names lists that must not hold a value twice.
 """
 
 from __future__ import annotations
@@ -238,7 +239,8 @@ def trace_choices(values) -> list[str]:
     return [*NAMED_TRACES, *[v for v in given if isinstance(v, str) and os.path.isfile(v)]]
 
 
-def check_parameters(namespace: dict, *, positive=(), nonnegative=(), choices=None, required_keys=None) -> None:
+def check_parameters(namespace: dict, *, positive=(), nonnegative=(), choices=None, required_keys=None,
+                     distinct=()) -> None:
     """Raise if a parameter is unknown (added after :func:`record_parameters`), of the wrong type,
     or breaks a value rule (module docstring).
 
@@ -247,6 +249,7 @@ def check_parameters(namespace: dict, *, positive=(), nonnegative=(), choices=No
         positive, nonnegative: parameter names whose numbers must be > 0 / ≥ 0.
         choices: ``{name: allowed values}``.
         required_keys: ``{dict parameter: keys it must have}``.
+        distinct: list parameters that must not hold a value twice (a sweep's axis).
 
     Raises:
         UnknownParameterError: naming the unknown parameters and listing the accepted ones.
@@ -288,6 +291,13 @@ def check_parameters(namespace: dict, *, positive=(), nonnegative=(), choices=No
         if missing:
             raise ParameterValueError(f"papermill parameter {name}[{missing[0]!r}] is missing: {name!r} needs a "
                                       f"key for each of {list(keys)}, got {_shown(value)}")
+    for name in distinct:
+        value = namespace.get(name)
+        if isinstance(value, (list, tuple)):
+            seen = [v for i, v in enumerate(value) if v in value[:i]]
+            if seen:
+                raise ParameterValueError(f"papermill parameter {name!r} has a value twice ({seen[0]!r} in {_shown(value)}): "
+                                          f"each value is one point of the sweep")
     _CHECKED.clear()
     _CHECKED.update({name: _json_safe(namespace.get(name)) for name in sorted(declared)})
 

@@ -32,6 +32,7 @@ import numbers
 
 import numpy as np
 
+from paged.sim.model_spec import get_model
 from paged.sim.simulator import gc_paused
 from paged.workloads import get_trace
 from paged.workloads.trace import Trace
@@ -72,13 +73,15 @@ def capped_duration_scale(max_requests: int, rate: float, model: str, scale: flo
     Such a run is still doubled while its latency has not converged (:func:`~paged.experiments.serving.simulate_point`).
 
     Raises:
-        ValueError: for ``max_requests`` < 1, or a ``rate`` or ``scale`` that is not a finite number > 0.
+        ValueError: for ``max_requests`` < 1, a ``rate`` or ``scale`` that is not a finite number > 0, or
+            an unknown model (:func:`paged.sim.model_spec.get_model`).
     """
     if isinstance(max_requests, bool) or not isinstance(max_requests, numbers.Integral) or max_requests < 1:
         raise ValueError(f"max_requests must be an integer ≥ 1, got {max_requests!r}")
     for name, value in (("rate", rate), ("scale", scale)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    get_model(model)  # an unknown name is refused (paper_duration alone would fall back to an hour)
     return min(float(scale), max_requests / (rate * paper_duration(model)))
 
 

@@ -223,6 +223,9 @@ def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str 
         raise ValueError(f"rate must be a number > 0 requests/s (or inf), got {rate!r}")
     if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral) or block_size < 1:
         raise ValueError(f"block_size must be an integer ≥ 1 (tokens), got {block_size!r}")
+    if latency_cap is not None and (isinstance(latency_cap, bool) or not isinstance(latency_cap, numbers.Real)
+                                    or not latency_cap > 0):
+        raise ValueError(f"latency_cap must be a number > 0 s/token (or None), got {latency_cap!r}")
     if min_duration is None and not (isinstance(duration_scale, numbers.Real) and duration_scale > 0):
         raise ValueError(f"duration_scale must be a number > 0 (× the paper's trace length), got {duration_scale!r}")
     if num_requests is not None and (isinstance(num_requests, bool) or not isinstance(num_requests, numbers.Integral)

@@ -143,6 +143,14 @@ def _at_sustained_rate(sweep: pd.DataFrame | None, decoding: str, width: int, su
             f"{at.loc['paged', 'num_preemptions']:.0f} times")
 
 
+def _trace_origin(source: str) -> str:
+    """The file a trace's lengths were counted from: its provenance's ``source:`` line up to the first
+    ``;`` (the licence and hash follow), or its first line when it has none."""
+    lines = source.splitlines() or [""]
+    origin = next((line[len("source:"):].strip() for line in lines if line.startswith("source:")), lines[0])
+    return origin.split(";")[0]
+
+
 def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, engine: pd.DataFrame | None,
                      prefix_rates: pd.DataFrame | None, demo: dict | None, alpaca_source: str,
                      sweep: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -161,7 +169,7 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, engine: pd.DataF
     g = gains.set_index(["decoding", "width"])["improvement"]
     paged_rate = gains.set_index(["decoding", "width"])["paged"] if sweep is not None else None
     rows = []
-    alpaca_note = f"Alpaca lengths here: {alpaca_source[:90]}"
+    alpaca_note = f"Alpaca lengths here: {_trace_origin(alpaca_source)}"
     sim_note = ("simulated OPT-13B server (time from the cost model, memory from the real managers); "
                 "beams replay the shipped tiny model's recorded searches")
     for (d, w), v in g.items():

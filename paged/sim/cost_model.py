@@ -35,6 +35,7 @@ so the sourced values are a low estimate and the 2× band is the plausible range
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from paged.sim.iteration_cost import IterationCostModel
@@ -277,10 +278,12 @@ def get_cost_model(model: str, *, block_size: int = 16, paged_kernel: bool = Tru
     """The cost model of a Table 1 preset (``opt-13b``, ``opt-66b``, ``opt-175b``, ``llama-13b``).
 
     Raises:
-        ValueError: for an unknown model or a negative or non-finite ``cpu_scale``; TypeError for a
-            model that is not a name.
+        ValueError: for an unknown model, a ``block_size`` that is not an integer ≥ 1 (tokens), or a
+            ``cpu_scale`` that is not a finite number ≥ 0; TypeError for a model that is not a name.
     """
-    if not 0 <= cpu_scale < float("inf"):
+    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral) or block_size < 1:
+        raise ValueError(f"block_size must be an integer ≥ 1 (tokens), got {block_size!r}")
+    if isinstance(cpu_scale, bool) or not isinstance(cpu_scale, numbers.Real) or not 0 <= cpu_scale < float("inf"):
         raise ValueError(f"cpu_scale must be a finite number ≥ 0, got {cpu_scale!r}")
     spec = get_model(model)
     return CostModel(spec, SERVERS[spec.name], block_size, paged_kernel, float(cpu_scale))

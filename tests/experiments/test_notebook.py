@@ -84,6 +84,16 @@ def test_bad_values_named(name, value, match):
                                                         "system": ("paged",), "systems": ("paged",)})
 
 
+def test_a_sweep_axis_with_a_value_twice_is_refused():
+    from paged.experiments.notebook import ParameterValueError
+
+    ns = _recorded(block_sizes=[8, 16], systems=["paged"])
+    check_parameters(ns, distinct=["block_sizes", "systems"])
+    ns["block_sizes"] = [16, 8, 16]
+    with pytest.raises(ParameterValueError, match=r"'block_sizes' has a value twice \(16 in \[16, 8, 16\]\)"):
+        check_parameters(ns, distinct=["block_sizes", "systems"])
+
+
 def test_imports_after_record_are_not_parameters():
     ns = _recorded(block_size=16)
     ns["math"] = math  # a module imported in the checking cell

@@ -77,7 +77,7 @@ def test_capped_duration_scale_cuts_the_paper_length_to_a_request_count():
     assert capped_duration_scale(40_000, 45.3, "opt-13b", 0.1) == 0.1  # never longer than asked
     assert capped_duration_scale(1000, 10.0, "opt-175b") == pytest.approx(1000 / (10.0 * paper_duration("opt-175b")))
     for bad in ({"max_requests": 0}, {"max_requests": 1.5}, {"rate": 0.0}, {"rate": float("inf")}, {"scale": -1.0},
-                {"scale": True}):
+                {"scale": True}, {"model": "gpt"}):
         args = {"max_requests": 100, "rate": 1.0, "model": "opt-13b", "scale": 1.0, **bad}
-        with pytest.raises(ValueError, match="must be"):
+        with pytest.raises(ValueError, match="must be|unknown model 'gpt'"):
             capped_duration_scale(**args)

@@ -148,7 +148,9 @@ def test_fastertransformer_has_no_host_costs():
                                           (dict(rate=-1.0), "rate must be a number > 0"), (dict(rate="2"), "rate must be a number"),
                                           (dict(block_size=0, num_requests=5), "block_size must be an integer"),
                                           (dict(duration_scale=-1.0), "duration_scale must be a number > 0"),
-                                          (dict(system="hf-generate"), "for the simulator")])
+                                          (dict(system="hf-generate"), "for the simulator"),
+                                          (dict(latency_cap=-1, num_requests=20), "latency_cap must be a number > 0"),
+                                          (dict(latency_cap=0.0, num_requests=20), "latency_cap must be a number > 0")])
 def test_simulate_point_refuses_bad_input_naming_it(kwargs, match):
     with pytest.raises(ValueError, match=match):
         serving.simulate_point(**kwargs)

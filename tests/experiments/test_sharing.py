@@ -71,3 +71,17 @@ def test_the_table_quotes_the_sweep_at_pageds_sustained_rate_whatever_the_grid()
     saving = pd.DataFrame(columns=["trace", "decoding", "width", "saving_percent"])
     table = sharing_figures.paper_comparison(gains, saving, None, None, None, "", pd.DataFrame(rows))
     assert "at 10 req/s: mean batch 40.0 (paged) vs 20.0 (Oracle)" in table["why it differs"].iloc[0]
+
+
+def test_the_alpaca_note_quotes_the_file_the_lengths_came_from():
+    from paged.experiments.sharing_figures import _trace_origin
+    from paged.workloads import get_trace
+
+    origin = _trace_origin(get_trace("alpaca-bare", 10, seed=0, tokenizer="gpt2").source)
+    assert origin.startswith("alpaca_5000.json, a 5,000-record random sample of Stanford Alpaca") and "licence" not in origin
+    assert _trace_origin("one line only") == "one line only" and _trace_origin("") == ""
+
+
+def test_memory_saving_refuses_a_trace_without_a_rate_before_running():
+    with pytest.raises(ValueError, match=r"no request rate for trace\(s\) \['wmt16-1shot'\]"):
+        sharing.memory_saving(["sharegpt", "wmt16-1shot"], widths=(2,), num_requests=10)

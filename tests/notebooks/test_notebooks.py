@@ -116,11 +116,25 @@ def test_bad_value_is_refused_in_the_first_cells(nb, tmp_path):
     (dict(rel_tol=5.0), "parameter 'rel_tol' must be in (0, 1)"),
     (dict(thresholds=[0.2, 0.2]), "parameter 'thresholds' has a value twice"),
     (dict(traces=[]), "parameter 'traces' must not be empty"),
+    (dict(block_sizes=[16, 16]), "parameter 'block_sizes' has a value twice"),
 ])
 def test_throughput_names_a_bad_trace_or_threshold(params, message, tmp_path):
     nb = ROOT / "notebooks" / "03_throughput.ipynb"
     with pytest.raises(pm.PapermillExecutionError) as err:
         _execute(nb, tmp_path, **params)
+    assert message in str(err.value) and err.value.ename == "ParameterValueError"
+    assert err.value.exec_count <= 3
+
+
+@pytest.mark.parametrize("name, overrides, message", [
+    ("01_fragmentation", dict(block_sizes=[16, 16]), "parameter 'block_sizes' has a value twice"),
+    ("02_sharing", dict(saving_traces=["wmt16-1shot"]), "parameter 'saving_rates' has no rate for ['wmt16-1shot']"),
+    ("02_sharing", dict(saving_traces=["nosuch"]), "parameter 'saving_traces': 'nosuch' is not one of"),
+    ("05_engine", dict(widths=[2, 2]), "parameter 'widths' has a value twice"),
+])
+def test_a_bad_sweep_list_is_refused_in_the_first_cells(name, overrides, message, tmp_path):
+    with pytest.raises(pm.PapermillExecutionError) as err:
+        _execute(ROOT / "notebooks" / f"{name}.ipynb", tmp_path, **overrides)
     assert message in str(err.value) and err.value.ename == "ParameterValueError"
     assert err.value.exec_count <= 3
 

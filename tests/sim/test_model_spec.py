@@ -36,3 +36,16 @@ def test_a_model_that_is_not_a_name_is_refused_by_type():
         get_cost_model(13)
     with pytest.raises(ValueError, match="unknown model 'opt-14b'"):
         get_model("opt-14b")
+
+
+@pytest.mark.parametrize("kw, match", [({"block_size": 0}, "block_size must be an integer ≥ 1"),
+                                       ({"block_size": "16"}, "block_size must be an integer ≥ 1"),
+                                       ({"block_size": True}, "block_size must be an integer ≥ 1"),
+                                       ({"cpu_scale": "1"}, "cpu_scale must be a finite number ≥ 0"),
+                                       ({"cpu_scale": None}, "cpu_scale must be a finite number ≥ 0"),
+                                       ({"cpu_scale": -1.0}, "cpu_scale must be a finite number ≥ 0")])
+def test_get_cost_model_refuses_bad_numbers(kw, match):
+    from paged.sim.cost_model import get_cost_model
+
+    with pytest.raises(ValueError, match=match):
+        get_cost_model("opt-13b", **kw)
