@@ -120,8 +120,12 @@ def parameter_grid(spec) -> list[dict]:
     swept (the Cartesian product, in the order given) and whose other values are fixed.
 
     Raises:
-        ValueError: for another kind of spec, or an empty list of values.
+        ValueError: for another kind of spec, an empty list of values, or an empty grid (``{}`` or
+            ``[]``: no parameter set to run; a single run with the defaults is ``make nb``).
     """
+    if isinstance(spec, (list, dict)) and not spec:
+        raise ValueError(f"the parameter grid {spec!r} is empty: name at least one parameter and its values, "
+                         "e.g. {block_size: [8, 16]}")
     if isinstance(spec, list) and all(isinstance(item, dict) for item in spec):
         return [dict(item) for item in spec]
     if not isinstance(spec, dict):

@@ -81,9 +81,12 @@ def get_trace(trace: str | Path, num_requests: int | None = None, *, seed: int =
             Ignored for a length CSV (already counted) and ``"alpaca-synthetic"``.
 
     Raises:
-        ValueError: for an unknown name or tokenizer, a bad count, rate or seed;
+        ValueError: for an unknown name or tokenizer, a bad count, rate or seed; TypeError for a
+            trace that is neither a name nor a path;
         FileNotFoundError: for a missing path.
     """
+    if not isinstance(trace, (str, os.PathLike)):
+        raise TypeError(f"trace must be a trace name or a path, got {trace!r}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be an integer ≥ 0, got {seed!r}")
     key = str(trace).lower()

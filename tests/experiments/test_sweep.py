@@ -68,6 +68,9 @@ def test_parameter_grid():
         parameter_grid({"a": []})
     with pytest.raises(ValueError, match="mapping"):
         parameter_grid(3)
+    for empty in ({}, []):
+        with pytest.raises(ValueError, match="is empty: name at least one parameter"):
+            parameter_grid(empty)
 
 
 def _notebook(path):

@@ -91,3 +91,8 @@ def test_bad_names_and_paths(tmp_path):
 def test_a_bad_seed_is_refused_by_name(seed):
     with pytest.raises(ValueError, match="seed must be an integer ≥ 0"):
         get_trace("sharegpt", 10, seed=seed)
+
+
+def test_a_trace_that_is_no_name_or_path_is_refused():
+    with pytest.raises(TypeError, match="trace must be a trace name or a path, got None"):
+        get_trace(None)
