@@ -34,7 +34,7 @@ from paged.workloads.named import NAMED_TRACES
 __all__ = ["FIG14_SYSTEMS", "FIG14_SETTINGS", "FIG16_TRACES", "FIG16_SYSTEMS", "group_options", "sustained_rates",
            "latency_sweep", "improvement_over_oracle", "memory_saving", "engine_memory_saving",
            "available_fig16_traces", "shared_prefix_rates", "shared_prefix_sweep", "length_summary", "prefix_caching_demo",
-           "demo_summary", "SYSTEM_PROMPT", "SAVING_RATES"]
+           "demo_summary", "SYSTEM_PROMPT", "SAVING_RATES", "saving_rates"]
 
 #: Systems of Fig. 14, the paper's order.
 FIG14_SYSTEMS = ("paged", "orca-oracle", "orca-pow2", "orca-max")
@@ -116,6 +116,19 @@ def latency_sweep(rates: pd.DataFrame, systems=FIG14_SYSTEMS, *, fractions=(0.2,
 SAVING_RATES = {"alpaca": 4.0, "alpaca-bare": 4.0, "sharegpt": 0.5}
 
 
+def saving_rates(traces, rates: dict | None = None) -> dict:
+    """Fig. 15's request rate (req/s) of each trace: ``rates`` over :data:`SAVING_RATES`.
+
+    Raises:
+        ValueError: naming the traces that have a rate in neither.
+    """
+    merged = {**SAVING_RATES, **(rates or {})}
+    missing = [t for t in traces if t not in merged]
+    if missing:
+        raise ValueError(f"no request rate for trace(s) {missing}: give rates={{trace: req/s}} (defaults: {SAVING_RATES})")
+    return {t: merged[t] for t in traces}
+
+
 def memory_saving(traces=("alpaca-bare", "sharegpt"), widths=(2, 4, 6), *, rates: dict | None = None,
                   model: str = "opt-13b", num_requests: int = 1000, seed: int = 0, workers: int = 2,
                   block_size: int = 16) -> pd.DataFrame:
@@ -125,12 +138,10 @@ def memory_saving(traces=("alpaca-bare", "sharegpt"), widths=(2, 4, 6), *, rates
     ``width``, ``rate``, ``saving_percent``, ``blocks_in_use_mean``, ``blocks_without_sharing_mean``.
 
     Raises:
-        ValueError: for a trace with no rate in ``rates`` or :data:`SAVING_RATES` (before any run).
+        ValueError: for a trace with no rate in ``rates`` or :data:`SAVING_RATES` (:func:`saving_rates`,
+            before any run).
     """
-    rates = {**SAVING_RATES, **(rates or {})}
-    missing = [t for t in traces if t not in rates]
-    if missing:
-        raise ValueError(f"no request rate for trace(s) {missing}: give rates={{trace: req/s}} (defaults: {SAVING_RATES})")
+    rates = saving_rates(traces, rates)
     points = [dict(model=model, trace=t, system="paged", rate=rates[t], num_requests=num_requests, seed=seed,
                    block_size=block_size, record_sharing=True, **group_options(d, w))
               for t in traces for d in ("parallel", "beam") for w in widths]

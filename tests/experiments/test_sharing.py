@@ -85,3 +85,9 @@ def test_the_alpaca_note_quotes_the_file_the_lengths_came_from():
 def test_memory_saving_refuses_a_trace_without_a_rate_before_running():
     with pytest.raises(ValueError, match=r"no request rate for trace\(s\) \['wmt16-1shot'\]"):
         sharing.memory_saving(["sharegpt", "wmt16-1shot"], widths=(2,), num_requests=10)
+
+
+def test_saving_rates_merge_the_defaults_and_name_what_is_missing():
+    assert sharing.saving_rates(["sharegpt", "wmt16-1shot"], {"wmt16-1shot": 3.0}) == {"sharegpt": 0.5, "wmt16-1shot": 3.0}
+    with pytest.raises(ValueError, match=r"\['nosuch'\]"):
+        sharing.saving_rates(["alpaca", "nosuch"])

@@ -128,7 +128,7 @@ def test_throughput_names_a_bad_trace_or_threshold(params, message, tmp_path):
 
 @pytest.mark.parametrize("name, overrides, message", [
     ("01_fragmentation", dict(block_sizes=[16, 16]), "parameter 'block_sizes' has a value twice"),
-    ("02_sharing", dict(saving_traces=["wmt16-1shot"]), "parameter 'saving_rates' has no rate for ['wmt16-1shot']"),
+    ("02_sharing", dict(saving_traces=["wmt16-1shot"]), "parameter 'saving_rates': no request rate for trace(s) ['wmt16-1shot']"),
     ("02_sharing", dict(saving_traces=["nosuch"]), "parameter 'saving_traces': 'nosuch' is not one of"),
     ("05_engine", dict(widths=[2, 2]), "parameter 'widths' has a value twice"),
 ])
