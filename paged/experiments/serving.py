@@ -66,7 +66,7 @@ from paged.sim.static_batching import simulate_static_batching
 from paged.systems import PAPER_SYSTEMS, get_system, make_kv_manager
 from paged.workloads import get_trace
 
-__all__ = ["SYSTEMS", "TRACES", "LATENCY_THRESHOLD", "THRESHOLDS", "SATURATED_REQUESTS", "CPU_SWAP_BYTES",
+__all__ = ["as_names", "SYSTEMS", "TRACES", "LATENCY_THRESHOLD", "THRESHOLDS", "SATURATED_REQUESTS", "CPU_SWAP_BYTES",
            "WALL_TIME_COLUMNS", "cost_model_for", "run_system", "metrics", "simulate_point", "sweep", "reusable",
            "sustained_rate"]
 
@@ -236,6 +236,9 @@ def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str 
            "block_size": block_size, "preemption": preemption, "cpu_scale": cpu_scale,
            "min_duration": math.nan, "num_requests": num_requests, "n": n, "beam_width": beam_width,
            "prefix_caching": prefix_caching, "tokenizer": tokenizer}
+    if not isinstance(prefix_caching, bool) or not (record_sharing is None or isinstance(record_sharing, bool)):
+        raise ValueError(f"prefix_caching must be True or False and record_sharing True, False or None, got "
+                         f"{prefix_caching!r} and {record_sharing!r}")
     groups = dict(n=n, beam_width=beam_width, prefix_caching=prefix_caching)
     start = time.perf_counter()
     if math.isinf(rate) or num_requests is not None:
@@ -406,6 +409,21 @@ def _sustained(system, settings, thresholds, rel_tol, lo, known, saturated_reque
     return out, points
 
 
+def as_names(what: str, value) -> list:
+    """One name or a list of names as a list (a bare string is one name, not its letters).
+
+    Raises:
+        ValueError: for an empty list or a name given twice.
+    """
+    names = [value] if isinstance(value, str) else list(value)
+    if not names:
+        raise ValueError(f"{what} must name at least one, got {value!r}")
+    twice = [v for i, v in enumerate(names) if v in names[:i]]
+    if twice:
+        raise ValueError(f"{what} names {twice[0]!r} twice: {value!r}")
+    return names
+
+
 def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | list[str] = "sharegpt",
                    thresholds=THRESHOLDS, lo: float = 1e-3, rel_tol: float = 0.03, seed: int = 0,
                    block_size: int = 16, preemption: str = "recompute", cpu_scale: float | list = 1.0,
@@ -450,7 +468,8 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
         ``return_points``, ``(that table, the simulated points)``.
 
     Raises:
-        ValueError: if ``lo`` ≤ 0, ``rel_tol`` is not in ``(0, 1)``, or no threshold is given;
+        ValueError: if ``lo`` ≤ 0, ``rel_tol`` is not in ``(0, 1)``, no threshold is given, or
+            ``systems``, ``model`` or ``trace`` is empty or names one twice (:func:`as_names`);
             from :func:`simulate_point` for unknown names.
     """
     if not lo > 0:
@@ -460,8 +479,9 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
     thresholds = tuple(thresholds)
     if not thresholds or min(thresholds) <= 0:
         raise ValueError(f"thresholds must be positive s/token values, got {thresholds}")
-    models = [model] if isinstance(model, str) else list(model)
-    traces = [trace] if isinstance(trace, str) else list(trace)
+    systems = as_names("systems", systems)
+    models = as_names("model", model)
+    traces = as_names("trace", trace)
     scales = list(cpu_scale) if isinstance(cpu_scale, (list, tuple)) else [cpu_scale]
     groups = {"n": 1, "beam_width": 1, "prefix_caching": False, **(groups or {})}
     jobs = []

@@ -27,7 +27,7 @@ import statistics
 
 import pandas as pd
 
-from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, sustained_rate, sweep
+from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, as_names, sustained_rate, sweep
 from paged.experiments.sweep import run_jobs
 from paged.workloads.named import NAMED_TRACES
 
@@ -138,9 +138,11 @@ def memory_saving(traces=("alpaca-bare", "sharegpt"), widths=(2, 4, 6), *, rates
     ``width``, ``rate``, ``saving_percent``, ``blocks_in_use_mean``, ``blocks_without_sharing_mean``.
 
     Raises:
-        ValueError: for a trace with no rate in ``rates`` or :data:`SAVING_RATES` (:func:`saving_rates`,
-            before any run).
+        ValueError: for a trace with no rate in ``rates`` or :data:`SAVING_RATES` (:func:`saving_rates`),
+            or ``traces`` or ``widths`` empty or with a value twice; all before any run.
     """
+    traces = as_names("traces", traces)
+    widths = as_names("widths", widths)
     rates = saving_rates(traces, rates)
     points = [dict(model=model, trace=t, system="paged", rate=rates[t], num_requests=num_requests, seed=seed,
                    block_size=block_size, record_sharing=True, **group_options(d, w))

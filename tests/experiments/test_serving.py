@@ -177,3 +177,20 @@ def test_a_known_run_is_reused_not_run_again(monkeypatch):
         serving.sweep([point], workers=1, known=[first])
     with pytest.raises(TypeError, match="no parameter.*'sytem'"):  # a typo must not match paged's row
         serving.sweep([dict(point, sytem="orca-max")], workers=1, known=first)
+
+
+def test_names_take_one_name_or_a_list_and_refuse_empty_or_repeated_lists():
+    assert serving.as_names("systems", "paged") == ["paged"]  # one name, not its letters
+    assert serving.as_names("widths", (2, 4)) == [2, 4]
+    with pytest.raises(ValueError, match="systems must name at least one"):
+        serving.sustained_rate([])
+    with pytest.raises(ValueError, match="systems names 'paged' twice"):
+        serving.sustained_rate(["paged", "paged"])
+    with pytest.raises(ValueError, match="model must name at least one"):
+        serving.sustained_rate(["paged"], model=[])
+
+
+@pytest.mark.parametrize("kwargs", [dict(prefix_caching="no"), dict(record_sharing="yes")])
+def test_simulate_point_refuses_a_flag_that_is_not_a_bool(kwargs):
+    with pytest.raises(ValueError, match="prefix_caching must be True or False"):
+        serving.simulate_point(num_requests=5, **kwargs)

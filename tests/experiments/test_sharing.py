@@ -91,3 +91,11 @@ def test_saving_rates_merge_the_defaults_and_name_what_is_missing():
     assert sharing.saving_rates(["sharegpt", "wmt16-1shot"], {"wmt16-1shot": 3.0}) == {"sharegpt": 0.5, "wmt16-1shot": 3.0}
     with pytest.raises(ValueError, match=r"\['nosuch'\]"):
         sharing.saving_rates(["alpaca", "nosuch"])
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(traces=[]), "traces must name at least one"),
+                                           (dict(traces="alpaca-bare", widths=[]), "widths must name at least one"),
+                                           (dict(traces=["sharegpt"], widths=[2, 2]), "widths names 2 twice")])
+def test_memory_saving_refuses_empty_or_repeated_lists(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        sharing.memory_saving(num_requests=5, workers=1, **kwargs)
