@@ -1,0 +1,71 @@
+"""The tour's explorers: the default state is saved, a control change redraws from the library."""
+
+import pytest
+
+from paged.experiments.nb00_tour import explorer
+from paged.experiments.nb00_tour import tour
+
+
+@pytest.fixture(autouse=True)
+def _quiet_display(monkeypatch):
+    """Outside a kernel IPython's display prints reprs; keep what was displayed instead."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.append((objs, kw)) or _Handle(shown))
+    return shown
+
+
+class _Handle:
+    def __init__(self, shown):
+        self.shown = shown
+
+    def update(self, obj, **kw):
+        self.shown.append(((obj,), kw))
+
+
+def test_a_slider_move_redraws_from_the_library(tmp_path, _quiet_display):
+    view = explorer.reservation(prompt_len=3, output_len=4, max_seq_len=16, output_dir=tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {"tour_reservation.png", "tour_reservation.pdf",
+                                                    "tour_reservation.csv"}
+    first = view.png
+    assert first == (tmp_path / "tour_reservation.png").read_bytes()  # the default state is the saved figure
+    view.controls["output_len"].value = 9
+    assert view.redraws == 1 and view.png != first
+    assert list(view.data["use"]).count("output") == 9
+    view.controls["policy"].value = "pow2"
+    assert len(view.data) == 16  # 3 + 2**ceil(log2 9) = 19 > 16: capped at max_seq_len
+    assert len(_quiet_display) == 4  # controls, figure, two updates
+
+
+def test_impossible_settings_show_a_message(tmp_path):
+    view = explorer.reservation(prompt_len=3, output_len=4, max_seq_len=16, output_dir=tmp_path)
+    view.controls["output_len"].value = 15  # 3 + 15 > 16
+    assert view.redraws == 1 and view.png  # a message figure, no exception
+
+
+def test_scheduler_explorer_replays_the_chosen_system(tmp_path):
+    view = explorer.scheduler(tour.tiny_trace(8, 64, rate=2.0), num_slots=64, max_seq_len=64, output_dir=tmp_path)
+    paged_steps = len(view.data)
+    view.controls["system"].value = "orca-max"
+    assert len(view.data) > paged_steps  # one request at a time takes longer
+    view.controls["step"].value = 0
+    assert view.redraws == 2
+
+
+@pytest.mark.parametrize("make", [
+    lambda out: explorer.pages(output_dir=out), lambda out: explorer.block_tables(output_dir=out),
+    lambda out: explorer.sharing(output_dir=out),
+    lambda out: explorer.batch(prompt_lens=[2, 5], output_lens=[3, 8], batch_size=2, output_dir=out),
+])
+def test_every_explorer_saves_its_default_state(tmp_path, make):
+    view = make(tmp_path)
+    assert len(list(tmp_path.glob("tour_*.png"))) == 1 and view.data is not None
+    control = next(iter(view.controls.values()))
+    control.value = control.value + 1 if control.value < control.max else control.value - 1
+    assert view.redraws == 1
+
+
+def test_batch_explorer_refuses_a_batch_larger_than_its_lengths(tmp_path):
+    with pytest.raises(ValueError, match="batch of 3"):
+        explorer.batch(prompt_lens=[2, 5], output_lens=[3, 8], batch_size=3, output_dir=tmp_path)
