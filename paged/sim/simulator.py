@@ -121,7 +121,7 @@ def groups_from_trace(trace: Seq, *, n: int = 1, beam_width: int = 1,
         else:
             seqs = [Sequence(i * width + k, prompt_len, 0, token_ids) for k in range(width)]
         append(SimSequenceGroup(getattr(req, "request_id", i), float(req.arrival_time), seqs, int(req.output_len),
-                                None, None, None, None, 0, max_num_seqs, prefix_len if reserved else 0, 0,
+                                None, None, None, None, 0, max_num_seqs, prefix_len if reserved else 0, 0, False,
                                 beam_trace(beam_width, i) if beam else None))
     groups.sort(key=attrgetter("arrival_time"))
     return groups

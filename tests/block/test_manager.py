@@ -19,7 +19,10 @@ def run(mgr, g):
 
 def test_admission_ok_later_never():
     mgr = PagedKVCacheManager(10, 4, watermark=0.0)
-    assert mgr.can_allocate(group(40, 1)) is AllocStatus.NEVER  # 40 + 1 tokens > 40 slots
+    assert mgr.can_allocate(group(40, 2)) is AllocStatus.NEVER  # 40 + 2 - 1 slots > 40
+    # The last generated token is never written to the cache: 40 + 1 tokens hold 40 slots, and fit.
+    assert mgr.can_allocate(group(40, 1)) is AllocStatus.OK
+    assert mgr.can_allocate(group(37, 4)) is AllocStatus.OK
     assert mgr.can_allocate(group(20, 10)) is AllocStatus.OK
     run(mgr, group(20, 10, seq_id=1))
     assert mgr.can_allocate(group(24, 1, seq_id=2)) is AllocStatus.LATER
