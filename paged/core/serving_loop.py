@@ -197,6 +197,9 @@ class ServingLoop:
                 nxt += 1
             self._next = nxt
             if not scheduler.has_unfinished_seqs():
+                while aborted and nxt < num_groups and groups[nxt].request_id in aborted:
+                    nxt += 1  # aborted before it arrived: nothing to wait for
+                self._next = nxt
                 if nxt < num_groups:
                     executor.wait_until(groups[nxt].arrival_time)  # idle until the next request
                 return []
