@@ -20,6 +20,7 @@ from functools import lru_cache
 
 import pandas as pd
 
+from paged.core.checks import as_int
 from paged.experiments import tour
 from paged.experiments import tour_figures as draw
 from paged.experiments.plotting import figure_metadata, figure_png, save_figure, show_figure, title_figure
@@ -80,6 +81,19 @@ def explore(render, controls: dict, *, name: str, output_dir, claim: str, number
     return state
 
 
+def _check(name: str, value, low: int, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high]``, else a ValueError naming the explorer's parameter (an
+    impossible value is refused, never clamped, and never reaches ipywidgets' TraitError)."""
+    try:
+        number = as_int(value, name)
+    except TypeError as err:
+        raise ValueError(str(err)) from None
+    if number < low or (high is not None and number > high):
+        bound = f"≥ {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
+    return number
+
+
 def _slider(description: str, value: int, low: int, high: int):
     import ipywidgets as widgets
 
@@ -96,7 +110,14 @@ def _dropdown(description: str, value: str, options):
 
 def reservation(*, prompt_len: int = 3, output_len: int = 4, max_seq_len: int = 16, policy: str = "max",
                 output_dir="figures") -> Explorer:
-    """Reserved vs used slots of one contiguous reservation (§3, Fig. 3)."""
+    """Reserved vs used slots of one contiguous reservation (§3, Fig. 3).
+
+    Raises:
+        ValueError: naming the parameter, for lengths below 1 or a request longer than ``max_seq_len``.
+    """
+    max_seq_len = _check("max_seq_len", max_seq_len, 2)
+    prompt_len = _check("prompt_len", prompt_len, 1, max_seq_len - 1)
+    output_len = _check("output_len", output_len, 1, max_seq_len - prompt_len)
     def render(prompt_len, output_len, policy):
         view = tour.reservation(prompt_len, output_len, policy, max_seq_len)
         return draw.draw_reservation(view), pd.DataFrame({"slot": range(len(view["slots"])), "use": view["slots"]})
@@ -109,7 +130,13 @@ def reservation(*, prompt_len: int = 3, output_len: int = 4, max_seq_len: int = 
 
 
 def pages(*, num_tokens: int = 11, block_size: int = 4, output_dir="figures") -> Explorer:
-    """Blocks added as a request's tokens grow (§4.2, Fig. 6)."""
+    """Blocks added as a request's tokens grow (§4.2, Fig. 6).
+
+    Raises:
+        ValueError: naming the parameter, for ``num_tokens`` below 1 or a block size outside 1–16.
+    """
+    num_tokens = _check("num_tokens", num_tokens, 1)
+    block_size = _check("block_size", block_size, 1, 16)
     def render(num_tokens, block_size):
         view = tour.pages(num_tokens, block_size)
         return draw.draw_pages(view), view
@@ -121,7 +148,13 @@ def pages(*, num_tokens: int = 11, block_size: int = 4, output_dir="figures") ->
 
 
 def block_tables(*, block_size: int = 2, seed: int = 0, output_dir="figures") -> Explorer:
-    """A request's block table mapping its logical blocks to scattered physical ones (§4.3, Fig. 7)."""
+    """A request's block table mapping its logical blocks to scattered physical ones (§4.3, Fig. 7).
+
+    Raises:
+        ValueError: naming the parameter, for a block size outside 1–4 words or a negative seed.
+    """
+    block_size = _check("block_size", block_size, 1, 4)
+    seed = _check("seed", seed, 0)
     def render(request, block_size):
         view = tour.block_tables(tour.SENTENCES, block_size, seed)
         return draw.draw_block_tables(view, request), view
@@ -133,7 +166,16 @@ def block_tables(*, block_size: int = 2, seed: int = 0, output_dir="figures") ->
 
 
 def sharing(*, prefix_len: int = 12, a_len: int = 3, b_len: int = 5, block_size: int = 4, output_dir="figures") -> Explorer:
-    """Two requests sharing their prefix blocks, with copy-on-write (§4.4, Fig. 8)."""
+    """Two requests sharing their prefix blocks, with copy-on-write (§4.4, Fig. 8).
+
+    Raises:
+        ValueError: naming the parameter, for a prefix below 1 token, own lengths outside
+            ``[0, 4 × block_size]`` or a block size below 1.
+    """
+    block_size = _check("block_size", block_size, 1)
+    prefix_len = _check("prefix_len", prefix_len, 1)
+    a_len = _check("a_len", a_len, 0, 4 * block_size)
+    b_len = _check("b_len", b_len, 0, 4 * block_size)
     def render(prefix_len, a_len, b_len):
         view = tour.sharing(prefix_len, a_len, b_len, block_size)
         rows = [{"request": name, "logical": i, "physical": b, "ref_count": view["ref_counts"][b]}
@@ -152,8 +194,14 @@ def batch(*, prompt_lens, output_lens, batch_size: int = 5, max_seq_len: int = 2
     """A batch's memory under contiguous reservations and under paging (§3; measured at scale in Fig. 2).
 
     Raises:
-        ValueError: if the length lists differ or ``batch_size`` is not in ``[1, len(prompt_lens)]``.
+        ValueError: if the length lists differ, a length is below 1, ``batch_size`` is not in
+            ``[1, len(prompt_lens)]``, or ``max_seq_len`` / ``block_size`` is below 1 (each named).
     """
+    max_seq_len = _check("max_seq_len", max_seq_len, 1)
+    block_size = _check("block_size", block_size, 1)
+    for name, lens in (("prompt_lens", prompt_lens), ("output_lens", output_lens)):
+        for value in lens:
+            _check(f"every value of {name}", value, 1)
     if len(prompt_lens) != len(output_lens) or not 1 <= batch_size <= len(prompt_lens):
         raise ValueError(f"batch view: {len(prompt_lens)} prompt and {len(output_lens)} output lengths for a "
                          f"batch of {batch_size}; give one of each per request, at least batch_size of them")
@@ -170,7 +218,15 @@ def batch(*, prompt_lens, output_lens, batch_size: int = 5, max_seq_len: int = 2
 
 def scheduler(trace, *, system: str = "paged", num_slots: int = 64, block_size: int = 4, max_seq_len: int = 64,
               preemption: str = "recompute", output_dir="figures") -> Explorer:
-    """A trace replayed step by step by the real scheduler (§4.5): who runs, waits, is preempted."""
+    """A trace replayed step by step by the real scheduler (§4.5): who runs, waits, is preempted.
+
+    Raises:
+        ValueError: naming the parameter, for a block size, ``max_seq_len`` or ``num_slots`` below 1,
+            or fewer slots than one block.
+    """
+    block_size = _check("block_size", block_size, 1)
+    max_seq_len = _check("max_seq_len", max_seq_len, 1)
+    num_slots = _check("num_slots", num_slots, block_size)
     @lru_cache(maxsize=16)
     def steps_of(system, preemption):
         return tour.replay(trace, system, num_slots=num_slots, block_size=block_size, max_seq_len=max_seq_len,

@@ -68,3 +68,28 @@ def test_every_explorer_saves_its_default_state(tmp_path, make):
 def test_batch_explorer_refuses_a_batch_larger_than_its_lengths(tmp_path):
     with pytest.raises(ValueError, match="batch of 3"):
         explorer.batch(prompt_lens=[2, 5], output_lens=[3, 8], batch_size=3, output_dir=tmp_path)
+
+
+@pytest.mark.parametrize("view, kwargs, name", [
+    ("reservation", {"prompt_len": -1}, "prompt_len"),
+    ("reservation", {"output_len": 0}, "output_len"),
+    ("reservation", {"prompt_len": 10, "output_len": 10, "max_seq_len": 16}, "output_len"),
+    ("pages", {"block_size": 0}, "block_size"),
+    ("pages", {"num_tokens": 0}, "num_tokens"),
+    ("block_tables", {"block_size": 9}, "block_size"),
+    ("sharing", {"prefix_len": 0}, "prefix_len"),
+    ("sharing", {"a_len": -3}, "a_len"),
+    ("sharing", {"block_size": 2.5}, "block_size"),
+])
+def test_impossible_values_are_refused_by_name(tmp_path, view, kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        getattr(explorer, view)(output_dir=tmp_path, **kwargs)
+
+
+def test_batch_and_scheduler_refuse_impossible_values(tmp_path):
+    with pytest.raises(ValueError, match="prompt_lens"):
+        explorer.batch(prompt_lens=[3, -1], output_lens=[2, 2], batch_size=2, output_dir=tmp_path)
+    with pytest.raises(ValueError, match="block_size"):
+        explorer.batch(prompt_lens=[3], output_lens=[2], batch_size=1, block_size=0, output_dir=tmp_path)
+    with pytest.raises(ValueError, match="num_slots"):
+        explorer.scheduler([], num_slots=2, block_size=4, output_dir=tmp_path)
