@@ -23,7 +23,12 @@ tensor parallelism (each GPU holds ``1/g`` of every weight matrix and of the KV 
   :func:`paged.experiments.serving.cost_model_for`);
 * **swapping** (§4.5): one PCIe copy per block per layer for K and for V, each with a fixed
   issue latency, so small blocks swap slowly (§7.3, Fig. 19a);
-* **recomputation** is simply the prefill of prompt + generated tokens.
+* **recomputation** is simply the prefill of prompt + generated tokens;
+* **KV copies inside device memory** (§4.4): each copied byte is read and written once at the
+  achieved HBM bandwidth, on every GPU for its share of the KV heads. Paged pays one block per
+  copy-on-write (``block_copy_time``: a block shared by forked beams or samples that one of them
+  writes into); a contiguous system (Orca) pays a copy of the parent's whole KV each time a beam
+  forks into another reservation (``kv_copy_time``, charged by the simulated executor).
 
 Every constant below cites its source; the efficiency factors are stated assumptions chosen
 before any comparison and never fitted to the paper's curves. The host costs come from the vLLM
@@ -256,6 +261,19 @@ class CostModel(IterationCostModel):
         kv_write = n * m.kv_bytes_per_token / g / self._bw
         return (self._linear_time(n, len(prompt_lens)) + attn + kv_write + self._fixed_time(n)
                 + self.host_time(len(prompt_lens), n, 0))
+
+    def kv_copy_time(self, num_tokens: int) -> float:
+        """Seconds to copy the KV of ``num_tokens`` tokens inside device memory (all layers, K and V):
+        ``2 · tokens · KV bytes per token / g / achieved HBM bandwidth`` (each byte read and written).
+        A contiguous system's fork of a ``t``-token beam costs ``kv_copy_time(t)`` (§4.4)."""
+        if num_tokens <= 0:
+            return 0.0
+        return 2 * num_tokens * self.model.kv_bytes_per_token / self.server.num_gpus / self._bw
+
+    def block_copy_time(self, num_blocks: int) -> float:
+        """Seconds of ``num_blocks`` copy-on-write copies of ``block_size``-token blocks (§4.4),
+        ``kv_copy_time(num_blocks · block_size)``."""
+        return self.kv_copy_time(num_blocks * self.block_size)
 
     def swap_time(self, num_blocks: int, block_size: int | None = None) -> float:
         """Seconds to move ``num_blocks`` KV blocks one way over PCIe (§4.5, Fig. 19a).
