@@ -18,3 +18,15 @@ def test_peak_ratios_at_both_ends_of_each_factor():
     assert mem.loc["high", "paged peak"] > mem.loc["low", "paged peak"]
     with pytest.raises(ValueError, match="must include 'paged'"):
         efficiency_sensitivity(["opt-13b"], ["sharegpt"], ["orca-oracle"])
+
+
+def test_plot_has_a_panel_per_factor_and_model():
+    import pandas as pd
+
+    from paged.experiments import throughput
+
+    rows = [{"model": m, "trace": "sharegpt", "factor": f, "end": e, "value": v, "baseline": "Orca (Oracle)",
+             "peak ÷": 1.5 + v} for m in ("opt-13b", "opt-66b") for f in ("memory_efficiency", "compute_efficiency")
+            for e, v in (("low", 0.5), ("central", 0.6), ("high", 0.8))]
+    fig = throughput.plot_efficiency_sensitivity(pd.DataFrame(rows))
+    assert len(fig.axes) == 4
