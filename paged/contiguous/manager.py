@@ -38,6 +38,10 @@ class ContiguousKVCacheManager:
         ValueError: on an unknown policy, non-positive sizes, or a block size that is not a power of two.
     """
 
+    #: A fork copies the parent's KV into the child's own reservation (nothing can be shared); the
+    #: simulator charges that copy (:class:`paged.sim.executor.SimulatedExecutor`).
+    fork_copies_kv = True
+
     def __init__(self, num_slots: int, policy: str = "max", *, max_seq_len: int = 2048, block_size: int = 1) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown reservation policy {policy!r}; choose one of {POLICIES}")

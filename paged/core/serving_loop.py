@@ -85,6 +85,11 @@ class ServingResult:
         busy_seconds: executor time spent running iterations (idle waits left out; seconds).
         batched_requests_seconds: sum over iterations of scheduled groups × the iteration's
             seconds, for the time-weighted average batch (request-seconds).
+        kv_copy_tokens, kv_copy_seconds: KV copied inside device memory by the forks of a
+            contiguous system (a beam taking another beam's history, §4.4): tokens, and the
+            seconds the time model charged for them (part of ``busy_seconds``); set by the simulator.
+        cow_blocks, cow_seconds: copy-on-write block copies (paged, §4.4) and their seconds (part
+            of ``busy_seconds``); set by the simulator.
     """
 
     groups: list[SequenceGroup]
@@ -100,6 +105,10 @@ class ServingResult:
     recomputed_tokens: int = 0
     busy_seconds: float = 0.0
     batched_requests_seconds: float = 0.0
+    kv_copy_tokens: int = 0
+    kv_copy_seconds: float = 0.0
+    cow_blocks: int = 0
+    cow_seconds: float = 0.0
 
     @property
     def avg_batched_requests(self) -> float:

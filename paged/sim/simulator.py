@@ -189,4 +189,7 @@ def simulate(
                                      first_fork_id=sum(len(g.seqs) for g in groups))
         loop = ServingLoop(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing,
                            on_finish=on_finish)
-        return loop.run()
+        result = loop.run()
+    result.kv_copy_tokens, result.kv_copy_seconds = executor.copied_tokens, executor.copy_seconds
+    result.cow_blocks, result.cow_seconds = executor.cow_blocks, executor.cow_seconds
+    return result
