@@ -116,6 +116,13 @@ def _prefill_share(points: pd.DataFrame, model: str, trace: str, count: int, see
     return sum(cost.prefill_time([r.prompt_len]) for r in requests) / float(rows.iloc[0]["duration"])
 
 
+def _convergence(points: pd.DataFrame, model: str) -> dict:
+    """Runs at finite rates of ``model`` (all systems) that ran to the end, and how many of them had
+    converged (:func:`paged.experiments.serving.simulate_point`)."""
+    rows = points[(points["model"] == model) & points["rate"].apply(math.isfinite) & ~points["stopped_early"].astype(bool)]
+    return {"runs": len(rows), "runs_converged": int(rows["converged"].astype(bool).sum())}
+
+
 def _batch_at(points: pd.DataFrame, model: str, system: str, rate: float) -> float:
     """Mean batched requests of the simulated run of ``system`` closest at or below ``rate``
     (``inf``: the saturated-throughput run)."""
@@ -143,7 +150,8 @@ def gain_table(pairs=PAIRS, trace: str = "sharegpt", *, threshold: float = 0.2, 
         ``paged_over_max``, the mean batch of each system at its sustained rate (``*_batch``) and in its
         saturated-throughput run (``*_saturated_batch``: all requests waiting, the most it batches),
         the scheduler's cap ``max_num_seqs``, ``prefill_share`` (paged's saturated run: prompt prefill
-        time ÷ run time), ``compute_bound_batch`` (:func:`compute_bound_batch`), ``kv_slots`` and ``max_len_sequences``
+        time ÷ run time), ``runs`` / ``runs_converged`` (finite-rate runs that ran to the end, and those
+        whose latency had converged), ``compute_bound_batch`` (:func:`compute_bound_batch`), ``kv_slots`` and ``max_len_sequences``
         (KV slots ÷ max sequence length: Orca (Max)'s batch limit), ``trace``, ``min_duration``.
     """
     pairs = list(pairs)
@@ -167,7 +175,8 @@ def gain_table(pairs=PAIRS, trace: str = "sharegpt", *, threshold: float = 0.2, 
                      "kv_slots": cost.num_kv_slots,
                      "max_len_sequences": cost.num_kv_slots // cost.model.max_seq_len,
                      "kv_bytes_per_token": cost.model.kv_bytes_per_token,
-                     "prefill_share": _prefill_share(points, key, trace, saturated_requests, seed, tokenizer)})
+                     "prefill_share": _prefill_share(points, key, trace, saturated_requests, seed, tokenizer),
+                     **_convergence(points, key)})
     return pd.DataFrame(rows)
 
 
