@@ -5,8 +5,8 @@ suffix is the index of the part's first turn in the whole conversation, and cons
 overlap: in the packaged file 6,340 parts begin with a repeat of the previous part's last turn
 (the same role and the identical text), exactly the parts whose offset says they overlap it by one
 turn (of 6,345 boundaries where the role repeats); the repeat is one turn, not two, so it is kept once;
-a later part often starts with an assistant turn. The chatbot trace of §6.5 uses
-every record on its own and cuts prompts to 1,024 tokens (OPT's 2,048-token context). Serving
+a later part often starts with an assistant turn. The chatbot trace of §6.5 cuts prompts to 1,024
+tokens (OPT's 2,048-token context). Serving
 today's models with 8K–128K contexts, a chat client sends the whole history, so this trace:
 
 1. groups the complete records by conversation id (the id without its ``_<offset>`` suffix) and joins
