@@ -30,6 +30,22 @@ def test_simulate_json_has_the_documented_keys():
         assert key in data
 
 
+def test_simulate_a_config_json_on_named_gpus():
+    from paged.workloads import data_path
+
+    config = str(data_path("configs/llama-3.1-8b.json"))
+    out = run("simulate", "--model", config, "--gpu", "h100-sxm", "--tp", "2", "--max-seq-len", "4096",
+              "--num-requests", "40", "--rate", "4.0", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["model"] == f"{config}@2xh100-sxm:4096"
+
+
+def test_simulate_refuses_a_model_that_does_not_fit_naming_its_bytes():
+    out = run("simulate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--num-requests", "10")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "llama-3.1-70b does not fit on 1x H100 SXM 80GB: its weights take 141,107,412,992 bytes" in out.stderr
+
+
 @pytest.mark.parametrize("flags", [("--n", "4"), ("--beam-width", "4")])
 def test_simulate_groups_print_the_blocks_saved_by_sharing(flags):
     out = run("simulate", "--trace", "alpaca", "--num-requests", "40", "--rate", "4.0", "--json", *flags)

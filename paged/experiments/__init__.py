@@ -12,6 +12,7 @@ tables and figures. Notebooks hold parameters, a few calls into these modules an
 * :mod:`~paged.experiments.engine` (interleaved rounds), :mod:`~paged.experiments.hf_baselines`,
   :mod:`~paged.experiments.engine_profile` and :mod:`~paged.experiments.validation` (the simulator
   checked against the engine): notebook 05;
+* :mod:`~paged.experiments.today`: notebook 06 (today's GQA / MQA models on A100, H100, H200 and L4);
 * :mod:`~paged.experiments.paper`: every number of the paper the notebooks compare with;
 * :mod:`~paged.experiments.plotting`, :mod:`~paged.experiments.notebook`: figure style and papermill checks.
 """

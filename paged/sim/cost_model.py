@@ -42,8 +42,10 @@ so the sourced values are a low estimate and the 2× band is the plausible range
 from __future__ import annotations
 
 import numbers
+import os
 from dataclasses import dataclass
 
+from paged.sim.deployment import get_deployment
 from paged.sim.iteration_cost import IterationCostModel
 from paged.sim.model_spec import GiB, ModelSpec, get_model, kv_cache_slots
 
@@ -226,10 +228,10 @@ class CostModel(IterationCostModel):
     def _linear_time(self, num_tokens: int, num_logits: int) -> float:
         """Roofline time of every weight matrix for ``num_tokens`` tokens (seconds)."""
         m, g = self.model, self.server.num_gpus
-        embed = m.vocab_size * m.hidden_size
-        flops = 2 * (m.num_params - embed) * num_tokens + 2 * embed * num_logits
+        embed = m.embedding_params
+        flops = 2 * m.matmul_params * num_tokens + 2 * embed * num_logits
         compute = flops / g / (self.server.peak_flops * self.compute_efficiency)
-        memory = m.weight_bytes / g / self._bw
+        memory = m.streamed_weight_bytes / g / self._bw
         return compute if compute > memory else memory
 
     def _fixed_time(self, num_tokens: int) -> float:
@@ -285,7 +287,7 @@ class CostModel(IterationCostModel):
         (a recomputation passes prompt + generated tokens)."""
         m, g = self.model, self.server.num_gpus
         n = sum(prompt_lens)
-        attn_flops = sum(2 * m.num_layers * m.hidden_size * p * p for p in prompt_lens)
+        attn_flops = sum(2 * m.num_layers * m.attention_flops_width * p * p for p in prompt_lens)
         attn = attn_flops / g / (self.server.peak_flops * self.compute_efficiency)
         kv_write = n * m.kv_bytes_per_token / g / self._bw
         return (self._linear_time(n, len(prompt_lens)) + attn + kv_write + self._fixed_time(n)
@@ -320,18 +322,26 @@ class CostModel(IterationCostModel):
         return copies * (SWAP_COPY_LATENCY_S + copy_bytes / self.server.pcie_bytes_per_s)
 
 
-def get_cost_model(model: str, *, block_size: int = 16, paged_kernel: bool = True,
-                   cpu_scale: float = 1.0, memory_efficiency: float = MEMORY_EFFICIENCY,
+def get_cost_model(model, *, gpu: str | None = None, tp: int | None = None, max_seq_len: int | None = None,
+                   block_size: int = 16, paged_kernel: bool = True, cpu_scale: float = 1.0,
+                   memory_efficiency: float = MEMORY_EFFICIENCY,
                    compute_efficiency: float = COMPUTE_EFFICIENCY) -> CostModel:
-    """The cost model of a Table 1 preset (``opt-13b``, ``opt-66b``, ``opt-175b``, ``llama-13b``).
+    """The cost model of ``model`` on a server: a Table 1 preset (``opt-13b``, ``opt-66b``,
+    ``opt-175b``, ``llama-13b``) on its Table 1 server, or any model on ``tp`` GPUs ``gpu``
+    (:func:`paged.sim.deployment.get_deployment`: a shipped config name such as ``llama-3.1-8b``, a
+    ``config.json`` path or a :class:`~paged.sim.model_spec.ModelSpec`, with ``gpu`` one of
+    :data:`paged.sim.gpu_spec.GPUS`; or a deployment name ``llama-3.1-8b@2xh100-sxm:8192``).
+    Every constant of the module docstring applies unchanged to every GPU.
 
     ``memory_efficiency`` / ``compute_efficiency``: the achieved fractions of HBM bandwidth and of
     peak FLOP/s (defaults: the central values; :data:`EFFICIENCY_RANGES` holds the sourced ends).
 
     Raises:
-        ValueError: for an unknown model, a ``block_size`` that is not an integer ≥ 1 (tokens), a
-            ``cpu_scale`` that is not a finite number ≥ 0, or an efficiency outside (0, 1]; TypeError
-            for a model that is not a name.
+        ValueError: for an unknown model or GPU, a ``block_size`` that is not an integer ≥ 1 (tokens), a
+            ``cpu_scale`` that is not a finite number ≥ 0, an efficiency outside (0, 1], a model outside
+            Table 1 without a ``gpu``, a ``tp`` that does not divide the heads;
+            :class:`~paged.sim.deployment.ModelDoesNotFitError` (a ValueError) naming the bytes for a
+            model that does not fit; TypeError for a model that is not a name, path or spec.
     """
     if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral) or block_size < 1:
         raise ValueError(f"block_size must be an integer ≥ 1 (tokens), got {block_size!r}")
@@ -340,8 +350,17 @@ def get_cost_model(model: str, *, block_size: int = 16, paged_kernel: bool = Tru
     for name, value in (("memory_efficiency", memory_efficiency), ("compute_efficiency", compute_efficiency)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= 1:
             raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
-    spec = get_model(model)
-    return CostModel(spec, SERVERS[spec.name], block_size, paged_kernel, float(cpu_scale),
+    if not isinstance(model, (str, os.PathLike, ModelSpec)):
+        get_model(model)  # the TypeError naming the presets
+    plan = get_deployment(model, gpu, tp, max_seq_len)
+    if plan is None:
+        spec = get_model(model)
+        return CostModel(spec, SERVERS[spec.name], block_size, paged_kernel, float(cpu_scale),
+                         float(memory_efficiency), float(compute_efficiency))
+    g = plan.gpu
+    server = ServerSpec(plan.server_name, plan.tp, g.peak_flops, g.hbm_bytes_per_s, g.interconnect_bytes_per_s,
+                        g.pcie_bytes_per_s, plan.kv_cache_bytes)
+    return CostModel(plan.model, server, block_size, paged_kernel, float(cpu_scale),
                      float(memory_efficiency), float(compute_efficiency))
 
 

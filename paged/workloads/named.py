@@ -34,6 +34,8 @@ def _cached_trace(path: str, mtime_ns: int) -> Trace:
 NAMED_TRACES: dict[str, str | None] = {
     "sharegpt": "sharegpt_lengths",  # first-turn pairs (§6.1)
     "sharegpt-chat": "sharegpt_chat_lengths",  # chatbot rounds (§6.5)
+    "sharegpt-8k": "sharegpt_sessions_8k_lengths",  # whole conversations, history up to 8K tokens
+    "sharegpt-32k": "sharegpt_sessions_32k_lengths",  # the same, up to 32K tokens
     "alpaca": "alpaca_lengths",  # real Alpaca sample, Stanford Alpaca's prompt template (§6.1)
     "alpaca-bare": "alpaca_bare_lengths",  # the same records, instruction (+ input) without the template
     "wmt16-1shot": "wmt16_1shot_lengths",  # WMT16 en->de, 1-shot shared prefix (§6.4)
