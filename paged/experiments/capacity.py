@@ -231,22 +231,24 @@ def batched_requests(loads: dict, systems, *, model: str = "opt-13b", scales=(1.
 def littles_law(batched: pd.DataFrame, mean_output_tokens: dict) -> pd.DataFrame:
     """Fig. 13's batches explained by Little's law: requests in the batch = rate × seconds each runs.
 
-    For every row of :func:`batched_requests` (one system at one load): ``λ·W`` = rate × the mean
-    seconds a request runs (first scheduled to finished), beside the measured time-averaged batch
-    (the two agree when the run is in steady state); the seconds per generated token each request
-    saw (``W`` ÷ its mean output tokens); and, where the paper states a batch at that rate (Fig. 13:
-    ShareGPT at 2, Alpaca at 30 req/s), the seconds per token that batch implies by the same law
-    (``paper batch ÷ rate ÷ mean output tokens``): a faster simulated iteration gives a smaller
-    batch at the same rate.
+    For every row of :func:`batched_requests` (one system at one load): ``λ·W`` = the served rate
+    (``throughput_rps``: the arrival rate when the system keeps up, its capacity when it does not)
+    × the mean seconds a request runs (first scheduled to finished), beside the measured
+    time-averaged batch (the two agree in steady state); ``keeps up`` (served ≥ 97 % of the
+    arrival rate); the seconds per generated token each request saw (``W`` ÷ its mean output
+    tokens); and, where the paper states a batch at that rate (Fig. 13: ShareGPT at 2, Alpaca at
+    30 req/s) and the system keeps up here, the seconds per token that batch implies by the same
+    law (``paper batch ÷ rate ÷ mean output tokens``, which assumes the paper's system kept up
+    too): a faster simulated iteration gives a smaller batch at the same rate.
 
     Args:
         batched: :func:`batched_requests` rows (columns ``trace``, ``system``, ``rate``, ``load``,
-            ``mean_running_seconds``, ``time_avg_batched_requests``).
+            ``throughput_rps``, ``mean_running_seconds``, ``time_avg_batched_requests``).
         mean_output_tokens: trace name -> mean output tokens per request of the trace run.
 
     Returns:
-        One row per input row: ``trace``, ``load``, ``rate``, ``system``, ``λ·W``, ``batch (time average)``,
-        ``s/token this run``, ``paper batch``, ``s/token the paper's batch implies``.
+        One row per input row: ``trace``, ``load``, ``rate``, ``system``, ``keeps up``, ``λ·W``,
+        ``batch (time average)``, ``s/token this run``, ``paper batch``, ``s/token the paper's batch implies``.
 
     Raises:
         KeyError: if a trace of ``batched`` has no entry in ``mean_output_tokens`` (named).
@@ -257,9 +259,11 @@ def littles_law(batched: pd.DataFrame, mean_output_tokens: dict) -> pd.DataFrame
             raise KeyError(f"no mean output length given for trace {r.trace!r}")
         out = float(mean_output_tokens[r.trace])
         paper = FIG13_BATCHED_REQUESTS.get(f"{workload(r.trace)}@{r.rate:g}", {}).get(r.system)
-        rows.append({"trace": r.trace, "load": r.load, "rate": r.rate, "system": r.system,
-                     "λ·W": r.rate * r.mean_running_seconds, "batch (time average)": r.time_avg_batched_requests,
+        keeps_up = bool(r.throughput_rps >= 0.97 * r.rate)
+        rows.append({"trace": r.trace, "load": r.load, "rate": r.rate, "system": r.system, "keeps up": keeps_up,
+                     "λ·W": r.throughput_rps * r.mean_running_seconds, "batch (time average)": r.time_avg_batched_requests,
                      "s/token this run": r.mean_running_seconds / out,
                      "paper batch": math.nan if paper is None else paper,
-                     "s/token the paper's batch implies": math.nan if paper is None else paper / r.rate / out})
+                     "s/token the paper's batch implies": paper / r.rate / out if paper is not None and keeps_up
+                     else math.nan})
     return pd.DataFrame(rows)
