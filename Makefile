@@ -22,7 +22,7 @@ export PYTHONHASHSEED := 0
 SHARED ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-workloads gpu-check model clean
+.PHONY: help venv test reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-engine-step bench-workloads gpu-check model clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -96,6 +96,9 @@ bench-sim: $(STAMP) ## Simulator speed: token-steps/s and one 1,000-request poin
 
 bench-workloads: $(STAMP) ## Loading a ShareGPT JSON: first (tokenize) vs cached load, fresh processes
 	$(PY) -m paged.bench.workloads
+
+bench-engine-step: $(STAMP) ## The engine's decode and prefill step vs a dense HF forward (CPU time, interleaved rounds)
+	$(PY) -m paged.bench.engine_step
 
 bench-engine: $(STAMP) ## Real-model engine throughput ratios, then where its time goes
 	$(PY) -m paged.bench.engine
