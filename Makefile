@@ -65,7 +65,7 @@ report: build/report.html ## One self-contained HTML report (claims, every figur
 build/report.html: $(EXECUTED_NOTEBOOKS)
 	$(PY) -m paged report --notebooks $(EXECUTED) --out $@
 
-sweep: $(STAMP) ## One notebook per parameter set: make sweep NB=notebooks/03_throughput.ipynb GRID='{block_size: [8, 16]}' [OUT=build/sweep] [ARGS='--backend dask --address tcp://host:8786']
+sweep: $(if $(and $(NB),$(GRID)),$(STAMP)) ## One notebook per parameter set: make sweep NB=notebooks/03_throughput.ipynb GRID='{block_size: [8, 16]}' [OUT=build/sweep] [ARGS='--backend dask --address tcp://host:8786']
 	@test -n "$(NB)" -a -n "$(GRID)" || { echo "usage: make sweep NB=notebooks/NN_name.ipynb GRID='{name: [v1, v2]}'"; exit 2; }
 	$(PY) -m paged sweep-notebook $(NB) --grid "$(GRID)" --out $(or $(OUT),build/sweep) $(ARGS)
 

@@ -17,6 +17,7 @@ The top of the package: it imports the layers below and nothing imports it but `
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -190,7 +191,12 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
         sets = parameter_grid(yaml.safe_load(text))
     except yaml.YAMLError as err:
         raise ValueError(f"--grid is not valid YAML: {err}") from None
-    with cluster(args.backend, args.address, n_workers=args.workers):
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(cluster(args.backend, args.address, n_workers=args.workers))
+        except ImportError as err:  # a backend whose package is not installed: one line, no traceback
+            print(f"error: --backend {args.backend}: {err}", file=sys.stderr)
+            return 2
         runs = sweep_notebook(args.notebook, sets, args.out, workers=args.workers, kernel=args.kernel)
     print(runs.drop(columns=["output_dir"]).to_string(index=False))
     failed = runs[runs["error"].notna()]

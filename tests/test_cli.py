@@ -130,3 +130,16 @@ def test_all_requests_of_a_custom_trace(tmp_path):
     assert "30 requests (all of" in out.stderr and set(json.loads(out.stdout)) >= {"paged", "orca-max"}
     # without "all" the default of 1,000 cannot be drawn from 30 requests
     assert "cannot sample 1000" in run("simulate", "--trace", str(trace)).stderr
+
+
+@pytest.mark.parametrize("backend, module", [("ray", "ray"), ("dask", "distributed")])
+def test_a_backend_that_is_not_installed_is_one_line(tmp_path, backend, module):
+    import importlib.util
+    if importlib.util.find_spec(module) is not None:
+        pytest.skip(f"{module} is installed here, so the --backend {backend} error cannot be provoked")
+    out = run("sweep-notebook", "notebooks/01_fragmentation.ipynb", "--grid", "{block_size: [8]}",
+              "--out", str(tmp_path), "--backend", backend)
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"error: --backend {backend}: ") and "pip install" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # nothing ran

@@ -31,12 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from paged.workloads.alpaca import AlpacaLoadReport, alpaca_texts, alpaca_trace, read_alpaca_records
+from paged.workloads.alpaca import AlpacaFormatError, AlpacaLoadReport, alpaca_texts, alpaca_trace, read_alpaca_records
 from paged.workloads.cache import cache_dir, cache_fingerprint, read_entry, write_entry
 from paged.workloads.json_records import sniff_first_record
-from paged.workloads.sharegpt import (ShareGPTLoadReport, ShareGPTTruncatedWarning, chat_trace, conversation_texts,
-                                      default_sharegpt_path, joined_conversation_texts, pairs_trace,
-                                      read_sharegpt_records, warn_if_truncated)
+from paged.workloads.sharegpt import (ShareGPTFormatError, ShareGPTLoadReport, ShareGPTTruncatedWarning, chat_trace,
+                                      conversation_texts, default_sharegpt_path, joined_conversation_texts,
+                                      pairs_trace, read_sharegpt_records, warn_if_truncated)
 from paged.workloads.tokenizers import canonical_tokenizer, count_tokens
 from paged.workloads.trace import Trace
 
@@ -79,6 +79,21 @@ def _rows(path: str, dataset: str, prompt_format: str, first_only: bool, sink: d
         yield {"texts": t}
 
 
+def _no_rows_error(path: str | Path, dataset: str, report) -> ValueError:
+    """The error for a file that parsed but gave no row to count (``[]``, a file cut off before its
+    first complete record, or no usable conversation), naming the file and what it held."""
+    if dataset != "sharegpt":
+        return AlpacaFormatError(f"{path}: no record to read (the JSON list is empty)")
+    if report.records_read == 0:
+        problem = (f"the file is cut off at char {report.truncated_at}, before its first complete record"
+                   if report.truncated else "the JSON list is empty")
+    else:
+        dropped = ", ".join(f"{n} {reason}" for reason, n in sorted(report.conversations_dropped.items()))
+        problem = (f"none of its {report.records_read} complete records is a usable conversation"
+                   + (f" (dropped: {dropped})" if dropped else ""))
+    return ShareGPTFormatError(f"{path}: no ShareGPT conversation to read: {problem}")
+
+
 def _count_batch(batch: dict, tokenizer: str, num_threads: int | None) -> dict:
     """``.map`` function: token counts of every text of each row (a list per row)."""
     flat = [t for texts in batch["texts"] for t in texts]
@@ -108,7 +123,8 @@ def tokenize_file(path: str | Path, dataset: str, tokenizer: str | os.PathLike =
     Cost: ShareGPT's 125 MB file: ~2.5 s to read, ~8 s (cl100k) or ~20 s (GPT-2) to count on 2 cores.
 
     Raises:
-        FileNotFoundError, ShareGPTFormatError, AlpacaFormatError: from the record readers.
+        FileNotFoundError, ShareGPTFormatError, AlpacaFormatError: from the record readers, or the
+            file gave no row to count (an empty list, cut off before its first record; named).
     """
     datasets = _import_datasets()
     tok = canonical_tokenizer(tokenizer)
@@ -131,6 +147,10 @@ def tokenize_file(path: str | Path, dataset: str, tokenizer: str | os.PathLike =
             if isinstance(err.__cause__, (ValueError, OSError)):
                 raise err.__cause__ from None
             raise
+        except ValueError as err:  # `datasets` refuses a generator with no row ("... corresponds to no data")
+            if "report" not in sink:
+                raise
+            raise _no_rows_error(path, dataset, sink["report"]) from None
         report = sink["report"]
         report.tokenizer = str(tokenizer)
         lens: list[np.ndarray] = []
