@@ -69,8 +69,12 @@ sweep: $(if $(and $(NB),$(GRID)),$(STAMP)) ## One notebook per parameter set: ma
 	@test -n "$(NB)" -a -n "$(GRID)" || { echo "usage: make sweep NB=notebooks/NN_name.ipynb GRID='{name: [v1, v2]}'"; exit 2; }
 	$(PY) -m paged sweep-notebook $(NB) --grid "$(GRID)" --out $(or $(OUT),build/sweep) $(ARGS)
 
-lab: $(STAMP) ## Open JupyterLab on 127.0.0.1 with the project's kernel (paged)
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --no-browser $(ALLOW_ROOT)
+# Lab's settings for this checkout (.jupyter/lab/settings/overrides.json: no news or update pop-up);
+# the user's own settings in ~/.jupyter still apply on top.
+lab: $(STAMP) ## JupyterLab on 127.0.0.1 at the repository root (figures/, build/ one click away), the tour open
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/00_tour.ipynb \
+		--LabApp.app_settings_dir=$(CURDIR)/.jupyter/lab/settings --LabApp.news_url=None \
+		--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate --ip=127.0.0.1 --no-browser $(ALLOW_ROOT)
 
 data: $(STAMP) ## Rebuild every derived trace in data/ (ShareGPT package + SHARED=../shared/data: Alpaca, WMT16)
 	$(PY) -m paged traces --out-dir data --shared-data $(SHARED)

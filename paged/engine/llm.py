@@ -113,8 +113,16 @@ def _load(model, tokenizer, dtype):
         if not (path / "config.json").is_file():
             raise ValueError(f"{str(path)!r} is not a transformers model directory (no config.json in it)")
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+        # A small local model loads in well under a second: no "Loading weights" bar in the cell.
+        shown = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+        finally:
+            if shown:
+                hf_logging.enable_progress_bar()
         if tokenizer is None:
             tokenizer = path
     if isinstance(tokenizer, (str, Path)):
