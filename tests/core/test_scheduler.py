@@ -103,7 +103,7 @@ def test_no_request_lost_or_duplicated_under_preemption(mode):
     assert manager.get_num_free_gpu_blocks() == 24
 
 
-# -- sequence groups under memory pressure (issue 10, part 1) --------------------------------------
+# -- sequence groups under memory pressure -----------------------------------------------------------
 
 from paged.core.serving_loop import ServingLoop  # noqa: E402
 from paged.sim.executor import SimulatedExecutor  # noqa: E402

@@ -55,7 +55,7 @@ def test_static_batching_sums_decode_steps_like_the_step_by_step_loop():
     assert all(g.finished_time == result.duration for g in result.groups)
 
 
-# -- sequence groups and shared prefixes at paper scale (issue 10, part 3) ---------------------------
+# -- sequence groups and shared prefixes at paper scale ------------------------------------------------
 
 from dataclasses import dataclass  # noqa: E402
 
