@@ -10,7 +10,10 @@ display update), so
   ordinary PNG output, readable without a running kernel.
 
 Every explorer returns its :class:`Explorer` (the controls, the latest PNG and data), which tests
-drive by setting a control's ``value``.
+drive by setting a control's ``value``. Each redrawn figure's display carries
+``{EXPLORER_METADATA_KEY: {"name", "values", "text", "message"}}``: the control values it was drawn
+at, the words written on it, and whether it is a message instead of the view, so a browser test
+can check that the figure on the page and the controls' readouts agree.
 """
 
 from __future__ import annotations
@@ -25,7 +28,11 @@ from paged.experiments import tour
 from paged.experiments import tour_figures as draw
 from paged.experiments.plotting import figure_metadata, figure_png, save_figure, show_figure, title_figure
 
-__all__ = ["Explorer", "explore", "reservation", "pages", "block_tables", "sharing", "batch", "scheduler"]
+__all__ = ["Explorer", "explore", "reservation", "pages", "block_tables", "sharing", "batch", "scheduler",
+           "EXPLORER_METADATA_KEY"]
+
+#: Key of a redrawn figure's display metadata (module docstring).
+EXPLORER_METADATA_KEY = "paged_explorer"
 
 
 @dataclass
@@ -67,14 +74,17 @@ def explore(render, controls: dict, *, name: str, output_dir, claim: str, number
     state.handle = show_figure(state.png, metadata=figure_metadata(name, paths, number, claim, section, explorer=True))
 
     def redraw(_change=None):
+        values = {key: control.value for key, control in controls.items()}
         try:
-            fig, state.data = render(**{key: control.value for key, control in controls.items()})
+            fig, state.data = render(**values)
             title_figure(fig, claim, number, section=section)
+            message = False
         except ValueError as err:
-            fig = draw.draw_message(str(err))
+            fig, message = draw.draw_message(str(err)), True
         state.png = figure_png(fig)
         state.redraws += 1
-        show_figure(state.png, handle=state.handle)
+        show_figure(state.png, handle=state.handle, metadata={EXPLORER_METADATA_KEY: {
+            "name": name, "values": values, "text": _figure_text(fig), "message": message}})
 
     for control in controls.values():
         control.observe(redraw, names="value")
@@ -94,18 +104,41 @@ def _check(name: str, value, low: int, high: int | None = None) -> int:
     return number
 
 
+def _figure_text(fig) -> list[str]:
+    """The words written on ``fig``: its suptitle, its texts, and every axes' titles and texts."""
+    artists = [fig._suptitle, *fig.texts]
+    for ax in fig.axes:
+        artists += [ax.title, ax._left_title, ax._right_title, *ax.texts]
+    return [a.get_text() for a in artists if a is not None and a.get_text()]
+
+
+#: Width of a slider's track (the part the mouse drags) and of its readout, in CSS pixels.
+_TRACK_PX, _READOUT_PX = 180, 100
+
+
+def _label_px(description: str) -> int:
+    """Pixels for a control's description at JupyterLab's widget font (13 px, about 7 px a character)."""
+    return 7 * len(description) + 12
+
+
 def _slider(description: str, value: int, low: int, high: int):
+    """An integer slider whose track keeps :data:`_TRACK_PX` pixels whatever its description's
+    length (ipywidgets gives a slider 300 px in all, so a long description left no track)."""
     import ipywidgets as widgets
 
+    label = _label_px(description)
     return widgets.IntSlider(value=value, min=low, max=max(high, value), description=description,
-                             style={"description_width": "initial"}, continuous_update=False)
+                             style={"description_width": f"{label}px"}, continuous_update=False,
+                             layout=widgets.Layout(width=f"{label + _TRACK_PX + _READOUT_PX}px"))
 
 
 def _dropdown(description: str, value: str, options):
     import ipywidgets as widgets
 
+    label = _label_px(description)
     return widgets.Dropdown(value=value, options=list(options), description=description,
-                            style={"description_width": "initial"})
+                            style={"description_width": f"{label}px"},
+                            layout=widgets.Layout(width=f"{label + 8 * max(map(len, options)) + 40}px"))
 
 
 def reservation(*, prompt_len: int = 3, output_len: int = 4, max_seq_len: int = 16, policy: str = "max",
@@ -234,7 +267,8 @@ def scheduler(trace, *, system: str = "paged", num_slots: int = 64, block_size: 
 
     def render(step, system, preemption):
         steps = steps_of(system, preemption)
-        step = min(step, len(steps) - 1)
+        if not 0 <= step < len(steps):  # the step slider's range follows the replay: never clamped silently
+            raise ValueError(f"step {step} is outside the replay's {len(steps)} steps (0 to {len(steps) - 1})")
         fig = draw.draw_replay(steps, len(trace), step, system=system,
                                block_size=block_size if system == "paged" else None)
         rows = [{"step": s.step, "kind": s.kind, "running": len(s.running), "waiting": len(s.waiting),
@@ -245,8 +279,17 @@ def scheduler(trace, *, system: str = "paged", num_slots: int = 64, block_size: 
 
     default_steps = steps_of(system, preemption)
     first_preemption = next((s.step for s in default_steps if s.preempted), len(default_steps) // 2)
-    controls = {"step": _slider("step", first_preemption, 0, 2 * len(default_steps)),
+    controls = {"step": _slider("step", first_preemption, 0, len(default_steps) - 1),
                 "system": _dropdown("system", system, ("paged", "orca-oracle", "orca-pow2", "orca-max")),
                 "preemption": _dropdown("preemption (paged)", preemption, ("recompute", "swap"))}
+
+    def follow_replay(_change):
+        """Another system or preemption mode replays for another number of steps: the step slider
+        ends at the new replay's last step (ipywidgets moves a value past it to it, which redraws)."""
+        steps = steps_of(controls["system"].value, controls["preemption"].value)
+        controls["step"].max = len(steps) - 1
+
+    for key in ("system", "preemption"):  # observed before explore's redraw, so it draws the new range
+        controls[key].observe(follow_replay, names="value")
     return explore(render, controls, name="tour_scheduler", output_dir=output_dir, section="§4.5",
                    claim="The scheduler replays a trace: requests run, wait and are preempted as blocks fill")

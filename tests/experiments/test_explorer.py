@@ -93,3 +93,23 @@ def test_batch_and_scheduler_refuse_impossible_values(tmp_path):
         explorer.batch(prompt_lens=[3], output_lens=[2], batch_size=1, block_size=0, output_dir=tmp_path)
     with pytest.raises(ValueError, match="num_slots"):
         explorer.scheduler([], num_slots=2, block_size=4, output_dir=tmp_path)
+
+
+def test_scheduler_step_slider_ends_at_the_replays_last_step(tmp_path, _quiet_display):
+    view = explorer.scheduler(tour.tiny_trace(8, 64, rate=2.0), num_slots=64, max_seq_len=64, output_dir=tmp_path)
+    step = view.controls["step"]
+    assert step.max == len(view.data) - 1
+    view.controls["system"].value = "orca-max"  # a longer replay: the slider reaches its end
+    assert step.max == len(view.data) - 1
+    step.value = step.max
+    shown = _quiet_display[-1][1]["metadata"][explorer.EXPLORER_METADATA_KEY]
+    assert not shown["message"] and shown["values"]["step"] == step.max
+    assert any(f"orca-max, step {step.max} (" in text for text in shown["text"])
+    view.controls["system"].value = "paged"  # shorter again: the value moves to the new last step
+    assert step.max == step.value == len(view.data) - 1
+
+
+def test_every_slider_leaves_room_for_its_track():
+    long, short = explorer._slider("answer tokens actually generated", 4, 1, 15), explorer._slider("step", 0, 0, 9)
+    width = lambda s: int(s.layout.width.removesuffix("px")) - int(s.style.description_width.removesuffix("px"))
+    assert width(long) == width(short) >= 250  # the same track and readout, whatever the description
