@@ -228,14 +228,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
 
     def _uncache(self, block_id: int) -> None:
         """Forget the cached content of ``block_id``; a free block moves to the head of the queue."""
-        block_hash = self._hash[block_id]
-        bucket = self._cached[block_hash]
-        bucket.remove(block_id)
-        if not bucket:
-            del self._cached[block_hash]
-        self._hash[block_id] = None
-        self._key[block_id] = None
-        self._cid[block_id] = NO_PARENT
+        self._forget(block_id)
         if self._ref_counts[block_id] == 0:
             self._queue.remove(block_id)
             self._queue.push_front(block_id)
@@ -266,6 +259,11 @@ class PrefixCachingBlockAllocator(BlockAllocator):
 
     def _evict(self, block_id: int) -> None:
         """Forget the cached content of ``block_id`` (it is being handed out for new KV)."""
+        self._forget(block_id)
+        self._num_evictable -= 1
+
+    def _forget(self, block_id: int) -> None:
+        """Drop ``block_id`` from its hash's bucket and clear its hash, key and content id."""
         block_hash = self._hash[block_id]
         bucket = self._cached[block_hash]
         bucket.remove(block_id)
@@ -274,7 +272,6 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         self._hash[block_id] = None
         self._key[block_id] = None
         self._cid[block_id] = NO_PARENT
-        self._num_evictable -= 1
 
     def free_queue(self) -> list[int]:
         """The free blocks from head (next handed out) to tail (a copy). O(free blocks)."""
