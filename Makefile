@@ -22,7 +22,7 @@ export PYTHONHASHSEED := 0
 SHARED ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-workloads gpu-check model clean
+.PHONY: help venv test reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-engine-step bench-workloads gpu-check model clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -65,12 +65,16 @@ report: build/report.html ## One self-contained HTML report (claims, every figur
 build/report.html: $(EXECUTED_NOTEBOOKS)
 	$(PY) -m paged report --notebooks $(EXECUTED) --out $@
 
-sweep: $(STAMP) ## One notebook per parameter set: make sweep NB=notebooks/03_throughput.ipynb GRID='{block_size: [8, 16]}' [OUT=build/sweep] [ARGS='--backend dask --address tcp://host:8786']
+sweep: $(if $(and $(NB),$(GRID)),$(STAMP)) ## One notebook per parameter set: make sweep NB=notebooks/03_throughput.ipynb GRID='{block_size: [8, 16]}' [OUT=build/sweep] [ARGS='--backend dask --address tcp://host:8786']
 	@test -n "$(NB)" -a -n "$(GRID)" || { echo "usage: make sweep NB=notebooks/NN_name.ipynb GRID='{name: [v1, v2]}'"; exit 2; }
 	$(PY) -m paged sweep-notebook $(NB) --grid "$(GRID)" --out $(or $(OUT),build/sweep) $(ARGS)
 
-lab: $(STAMP) ## Open JupyterLab on 127.0.0.1 with the project's kernel (paged)
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --no-browser $(ALLOW_ROOT)
+# Lab's settings for this checkout (.jupyter/lab/settings/overrides.json: no news or update pop-up);
+# the user's own settings in ~/.jupyter still apply on top.
+lab: $(STAMP) ## JupyterLab on 127.0.0.1 at the repository root (figures/, build/ one click away), the tour open
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/00_tour.ipynb \
+		--LabApp.app_settings_dir=$(CURDIR)/.jupyter/lab/settings --LabApp.news_url=None \
+		--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate --ip=127.0.0.1 --no-browser $(ALLOW_ROOT)
 
 data: $(STAMP) ## Rebuild every derived trace in data/ (ShareGPT package + SHARED=../shared/data: Alpaca, WMT16)
 	$(PY) -m paged traces --out-dir data --shared-data $(SHARED)
@@ -96,6 +100,9 @@ bench-sim: $(STAMP) ## Simulator speed: token-steps/s and one 1,000-request poin
 
 bench-workloads: $(STAMP) ## Loading a ShareGPT JSON: first (tokenize) vs cached load, fresh processes
 	$(PY) -m paged.bench.workloads
+
+bench-engine-step: $(STAMP) ## The engine's decode and prefill step vs a dense HF forward (CPU time, interleaved rounds)
+	$(PY) -m paged.bench.engine_step
 
 bench-engine: $(STAMP) ## Real-model engine throughput ratios, then where its time goes
 	$(PY) -m paged.bench.engine

@@ -13,7 +13,8 @@ The package is grouped by the paper's layers; imports only point down the list:
 6. :mod:`paged.bench` and :mod:`paged.cli` (command lines).
 
 The names below are importable from ``paged`` itself; those that need torch (``LLM``,
-``SamplingParams``, ``paged_attention``) are imported on first use, so ``import paged`` stays fast.
+``SamplingParams``, ``paged_attention``) and the workloads (pandas) are imported on first use, so
+``import paged`` and ``python -m paged --help`` stay fast.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from importlib import import_module
 
 from paged.block import BlockAllocator, BlockTable, OutOfBlocksError, PagedKVCacheManager
 from paged.core import Scheduler, Sequence, SequenceGroup, SequenceStatus
-from paged.workloads import Request, Trace, get_trace, load_sharegpt, load_trace, poisson_arrivals
 
 __version__ = "0.2.0"
 
-#: Public names imported on first use (they pull in torch or the simulator), and where they live.
+#: Public names imported on first use (they pull in torch, pandas or the simulator), and where they live.
 _LAZY = {
+    **dict.fromkeys(("Request", "Trace", "get_trace", "load_sharegpt", "load_trace", "poisson_arrivals"),
+                    "paged.workloads"),
     "LLM": "paged.engine.llm",
     "SamplingParams": "paged.engine.sampling",
     "paged_attention": "paged.kernels.attention",

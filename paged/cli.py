@@ -2,7 +2,8 @@
 
 Commands:
     fragmentation   where KV memory goes per system (Fig. 2), as a table or one JSON object
-    simulate        one simulated serving run on a paper-scale server (Fig. 12 point)
+    simulate        one simulated serving run on a paper-scale server (Fig. 12 point), or of any model
+                    (a shipped config name or a config.json) on --tp GPUs --gpu
     traces          rebuild the committed length-only traces under data/ from the real datasets
                     (ShareGPT; with --shared-data also Alpaca and WMT16), once per tokenizer
     sweep-notebook  run one notebook per parameter set (papermill), here or on a Dask / Ray cluster
@@ -16,6 +17,7 @@ The top of the package: it imports the layers below and nothing imports it but `
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -125,13 +127,19 @@ def _simulate(args: argparse.Namespace) -> int:
 
     if args.n > 1 and args.beam_width > 1:
         raise ValueError("--n and --beam-width cannot both be above 1 (parallel sampling or beam search)")
+    model = args.model
+    if args.gpu is not None or args.tp is not None or args.max_seq_len is not None:
+        from paged.sim.cost_model import get_cost_model
+
+        # the deployment's name (model@TPxGPU:MAXLEN) carries the server to every layer below
+        model = get_cost_model(model, gpu=args.gpu, tp=args.tp, max_seq_len=args.max_seq_len).model.name
     if args.paper_length:
         num_requests = None  # simulate_point's paper-length run
     elif args.num_requests is None:  # "all": every request of the trace, sampled in its order
         num_requests = len(get_trace(args.trace, None, seed=args.seed, tokenizer=args.tokenizer))
     else:
         num_requests = args.num_requests
-    result = simulate_point(model=args.model, trace=args.trace, system=args.system, rate=args.rate,
+    result = simulate_point(model=model, trace=args.trace, system=args.system, rate=args.rate,
                             num_requests=num_requests, seed=args.seed, block_size=args.block_size,
                             preemption=args.preemption, n=args.n, beam_width=args.beam_width,
                             prefix_caching=args.prefix_caching, record_sharing=True, tokenizer=args.tokenizer)
@@ -183,7 +191,12 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
         sets = parameter_grid(yaml.safe_load(text))
     except yaml.YAMLError as err:
         raise ValueError(f"--grid is not valid YAML: {err}") from None
-    with cluster(args.backend, args.address, n_workers=args.workers):
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(cluster(args.backend, args.address, n_workers=args.workers))
+        except ImportError as err:  # a backend whose package is not installed: one line, no traceback
+            print(f"error: --backend {args.backend}: {err}", file=sys.stderr)
+            return 2
         runs = sweep_notebook(args.notebook, sets, args.out, workers=args.workers, kernel=args.kernel)
     print(runs.drop(columns=["output_dir"]).to_string(index=False))
     failed = runs[runs["error"].notna()]
@@ -223,7 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="one simulated serving run (normalized latency, throughput, "
                          "KV blocks saved by sharing)")
-    sim.add_argument("--model", default="opt-13b", help="opt-13b | opt-66b | opt-175b | llama-13b (Table 1 server)")
+    sim.add_argument("--model", default="opt-13b",
+                     help="opt-13b | opt-66b | opt-175b | llama-13b (Table 1 server without --gpu) | a shipped config "
+                          "(llama-3.1-8b | llama-3.1-70b | mistral-7b-v0.3 | qwen2.5-7b | qwen2.5-72b | gemma-2b) | "
+                          "path to a Hugging Face config.json")
+    sim.add_argument("--gpu", default=None, help="a100-40gb | a100-80gb | h100-sxm | h200 | l4 (required for a "
+                                                 "model outside Table 1)")
+    sim.add_argument("--tp", type=positive_int, default=None, help="tensor-parallel GPUs (default 1 with --gpu)")
+    sim.add_argument("--max-seq-len", type=positive_int, default=None,
+                     help="longest sequence served (tokens; default the model's max_position_embeddings)")
     sim.add_argument("--trace", default="sharegpt",
                      help=f"workload: {' | '.join(NAMED_TRACES)} | path to a length CSV or ShareGPT JSON")
     sim.add_argument("--system", default="paged", choices=SYSTEMS, help="serving system")

@@ -21,6 +21,7 @@ NOTEBOOK_PACKAGES = tuple(sorted(f"paged.experiments.{p.name}" for p in (ROOT / 
 
 #: Bottom to top. A module may import from its own package or from any package of a lower rank.
 LAYERS = [
+    ("paged.atomic",),  # files written to a temporary name and renamed
     ("paged.workloads", "paged.core"),  # traces; sequences, the KV cache manager interface, the scheduler
     ("paged.block", "paged.contiguous"),  # the paged manager; the Orca baselines
     ("paged.systems", "paged.kernels"),  # the system registry and manager factory; attention kernels
@@ -136,7 +137,7 @@ def test_the_infrastructure_imports_no_notebook_package():
 
 def test_a_handful_of_modules_at_the_top():
     top = sorted(p.name for p in ROOT.glob("*.py"))
-    assert top == ["__init__.py", "__main__.py", "cli.py", "systems.py"]
+    assert top == ["__init__.py", "__main__.py", "atomic.py", "cli.py", "systems.py"]
 
 
 def test_the_simulator_path_imports_neither_torch_nor_transformers():

@@ -30,6 +30,22 @@ def test_simulate_json_has_the_documented_keys():
         assert key in data
 
 
+def test_simulate_a_config_json_on_named_gpus():
+    from paged.workloads import data_path
+
+    config = str(data_path("configs/llama-3.1-8b.json"))
+    out = run("simulate", "--model", config, "--gpu", "h100-sxm", "--tp", "2", "--max-seq-len", "4096",
+              "--num-requests", "40", "--rate", "4.0", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["model"] == f"{config}@2xh100-sxm:4096"
+
+
+def test_simulate_refuses_a_model_that_does_not_fit_naming_its_bytes():
+    out = run("simulate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--num-requests", "10")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "llama-3.1-70b does not fit on 1x H100 SXM 80GB: its weights take 141,107,412,992 bytes" in out.stderr
+
+
 @pytest.mark.parametrize("flags", [("--n", "4"), ("--beam-width", "4")])
 def test_simulate_groups_print_the_blocks_saved_by_sharing(flags):
     out = run("simulate", "--trace", "alpaca", "--num-requests", "40", "--rate", "4.0", "--json", *flags)
@@ -114,3 +130,16 @@ def test_all_requests_of_a_custom_trace(tmp_path):
     assert "30 requests (all of" in out.stderr and set(json.loads(out.stdout)) >= {"paged", "orca-max"}
     # without "all" the default of 1,000 cannot be drawn from 30 requests
     assert "cannot sample 1000" in run("simulate", "--trace", str(trace)).stderr
+
+
+@pytest.mark.parametrize("backend, module", [("ray", "ray"), ("dask", "distributed")])
+def test_a_backend_that_is_not_installed_is_one_line(tmp_path, backend, module):
+    import importlib.util
+    if importlib.util.find_spec(module) is not None:
+        pytest.skip(f"{module} is installed here, so the --backend {backend} error cannot be provoked")
+    out = run("sweep-notebook", "notebooks/01_fragmentation.ipynb", "--grid", "{block_size: [8]}",
+              "--out", str(tmp_path), "--backend", backend)
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"error: --backend {backend}: ") and "pip install" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # nothing ran

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_subpackage_is_listed_in_pyproject():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.relative_to(ROOT).parent.parts) for p in (ROOT / "paged").rglob("__init__.py")}
-    assert found | {"paged.data", "paged.data.models"} == listed
+    assert found | {"paged.data", "paged.data.models", "paged.data.configs"} == listed
 
 
 @pytest.mark.slow
@@ -45,10 +45,11 @@ def test_wheel_runs_without_a_checkout(tmp_path):
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
     where = subprocess.run([python, "-c", "import paged, paged.workloads as w; print(paged.__file__); "
-                            "t = w.get_trace('sharegpt'); print(len(t)); print(w.data_path('models/sharegpt-llama-tiny'))"],
+                            "t = w.get_trace('sharegpt'); print(len(t)); print(w.data_path('models/sharegpt-llama-tiny')); "
+                            "print(w.data_path('configs/llama-3.1-8b.json'))"],
                            cwd=work, env=env, check=True, capture_output=True, text=True).stdout.split()
     assert where[0].startswith(site) and not where[0].startswith(str(ROOT))
-    assert int(where[1]) > 1000 and where[2].startswith(site)
+    assert int(where[1]) > 1000 and where[2].startswith(site) and where[3].startswith(site)
     out = subprocess.run([python, "-m", "paged", "fragmentation", "--json", "--num-requests", "200"],
                          cwd=work, env=env, check=True, capture_output=True, text=True, timeout=300)
     result = json.loads(out.stdout)

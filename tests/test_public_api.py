@@ -29,3 +29,13 @@ def test_unknown_attribute():
 
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         paged.nope
+
+
+def test_import_paged_loads_neither_pandas_nor_torch():
+    """``import paged`` stays fast: the workloads (pandas) and the engine (torch) load on first use."""
+    code = "import sys, paged; print(sorted(m for m in ('pandas', 'numpy', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+    code = "import paged; print(paged.Trace.__module__, paged.load_sharegpt.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["paged.workloads.trace", "paged.workloads.loader"]

@@ -3,7 +3,7 @@
 Run: ``python -m paged.bench.allocator``. Every timing is taken in rounds that interleave the
 contenders (a bare Python list, the allocator without prefix caching, the prefix-caching allocator),
 so a busy machine slows all of them alike; each figure is the median over rounds with its spread
-(min–max), beside the machine's load (``uptime``). Targets (issue 10): ≥ 5,000,000 allocate+free
+(min–max), beside the machine's load (``uptime``). Targets: ≥ 5,000,000 allocate+free
 pairs per second with caching off (the :class:`~paged.block.BlockAllocator` free stack, unchanged by
 prefix caching, which lives in a subclass); the time of a full prefix-cache hit on a 128-block prompt
 (hashing the prompt, finding and taking its blocks, then freeing them); ≤ 10 µs to fork a 128-block table.

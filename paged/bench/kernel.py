@@ -2,7 +2,7 @@
 
 Run: ``python -m paged.bench.kernel``. On a GPU it times the Triton paged kernel against SDPA over
 a contiguous cache and reports the paged kernel's bandwidth against the device's peak; on a CPU it
-times the torch paths (block-table gather + SDPA vs SDPA) and says so. Targets (issue 3, GPU only):
+times the torch paths (block-table gather + SDPA vs SDPA) and says so. Targets (GPU only):
 paged ≤ 1.15× contiguous at the paper's points; ≥ 70% of peak HBM bandwidth at context ≥ 4096,
 batch ≥ 32. On any machine it then prints the kernel's roofline (compulsory bytes per call and the
 ideal time at the A100-40GB / H100 SXM / H200 HBM peaks) and the ahead-of-time compile check of the

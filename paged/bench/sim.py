@@ -1,6 +1,6 @@
 """Simulator speed: simulated token-steps per second and the wall time of one serving point.
 
-Run: ``python -m paged.bench.sim``. Targets (issue 4): ≥ 1,000,000 token-steps/s on one core, and
+Run: ``python -m paged.bench.sim``. Targets: ≥ 1,000,000 token-steps/s on one core, and
 ≤ 2 s for one 1,000-request ShareGPT point on OPT-13B (paged, 2 requests/s: Fig. 13's point).
 Also the regime that costs the most in notebook 03: short Alpaca requests at paged's knee (OPT-13B,
 45 requests/s), where a request arrives every iteration or two, so nearly every decode iteration

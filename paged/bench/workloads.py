@@ -1,7 +1,7 @@
 """Loading a ShareGPT JSON by path: the first load (parse + tokenize through ``datasets``) against
 the cached one, each in a fresh Python process.
 
-Run: ``python -m paged.bench.workloads`` (``make bench-workloads``). Target (issue 9): a second
+Run: ``python -m paged.bench.workloads`` (``make bench-workloads``). Target: a second
 ``get_trace(<ShareGPT JSON path>)`` in a fresh process costs under 1 s. Each round runs, in new
 processes and interleaved, an uncached load into an empty cache folder (the baseline) and then a
 cached load from that folder; it prints the median and the range over rounds of the

@@ -178,6 +178,16 @@ class BlockAllocator:
         except TypeError:
             raise TypeError(f"block id must be an integer, got {block_id!r}") from None
 
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the pool is inconsistent: the free stack holds exactly the blocks
+        with reference count 0, once each, and no count is negative. O(blocks)."""
+        counts = self._ref_counts
+        free = self._free
+        assert len(set(free)) == len(free), f"a block is twice in the free pool: {sorted(free)}"
+        assert set(free) == {b for b in range(self._num_blocks) if counts[b] == 0}, \
+            "the free pool differs from the blocks with reference count 0"
+        assert all(c >= 0 for c in counts), "negative reference count"
+
     def __repr__(self) -> str:
         return (
             f"BlockAllocator(num_blocks={self._num_blocks}, block_size={self._block_size}, "

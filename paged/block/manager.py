@@ -108,9 +108,11 @@ class PagedKVCacheManager:
 
     # -- admission --------------------------------------------------------------------
     def _worst_case_blocks(self, seq_group: SequenceGroup) -> int:
-        """Blocks the group holds at its final length if only full prompt blocks stay shared."""
+        """Blocks the group holds at its final length if only full prompt blocks stay shared. The last
+        generated token is never written to the cache (nothing reads its KV), so a sequence of
+        ``prompt_len + output_len`` tokens holds at most ``prompt_len + output_len - 1`` slots."""
         shared = seq_group.prompt_len // self.block_size
-        final_blocks = _cdiv(seq_group.prompt_len + seq_group.output_len, self.block_size)
+        final_blocks = _cdiv(seq_group.prompt_len + seq_group.output_len - 1, self.block_size)
         return shared + seq_group.peak_num_seqs * (final_blocks - shared)
 
     def _simple(self, seq_group: SequenceGroup) -> bool:
@@ -361,6 +363,56 @@ class PagedKVCacheManager:
         in_use = allocator.num_blocks - allocator.num_free_blocks - unused_prefix
         logical = sum(t.num_blocks for t in self.block_tables.values() if t.allocator is allocator)
         return in_use, logical
+
+    # -- interrupts, resets, invariants --------------------------------------------------
+    def commit_computed(self) -> None:
+        """The iteration scheduled last has run: the prefix-cache entries of the blocks it filled hold
+        written KV from now on (:meth:`paged.block.PrefixCachingBlockAllocator.commit`). O(1)."""
+        if self._chains is not None:
+            self.gpu_allocator.commit()
+
+    def rollback_uncomputed(self) -> int:
+        """The iteration scheduled last did not complete: forget the prefix-cache entries of the blocks
+        whose KV it was to write, so no later request hits them; returns how many. O(entries)."""
+        self._version += 1
+        return self.gpu_allocator.rollback() if self._chains is not None else 0
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached block (vLLM's ``reset_prefix_cache``): True if the cache is now empty
+        (also without prefix caching, where there is nothing to drop); False, changing nothing, while a
+        sequence or a reserved prefix holds GPU blocks, as vLLM refuses while blocks are in use. O(blocks)."""
+        if self._chains is None:
+            return True
+        if self.block_tables or self._reserved or not self.gpu_allocator.reset():
+            return False
+        self._version += 1
+        return True
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless the manager and its allocators agree: every block's reference
+        count equals the block-table entries pointing at it (plus one per reserved-prefix pin), each
+        table covers its tokens with the fewest blocks, and each allocator's own invariants hold
+        (``check_invariants`` of :class:`~paged.block.BlockAllocator` and the prefix-caching
+        allocator). O(blocks)."""
+        bs = self.block_size
+        allocators = [self.gpu_allocator] + ([self.cpu_allocator] if self.cpu_allocator is not None else [])
+        expected = {id(a): [0] * a.num_blocks for a in allocators}
+        for seq_id, table in self.block_tables.items():
+            assert id(table.allocator) in expected, f"sequence {seq_id}'s table uses an unknown allocator"
+            assert table.num_blocks == _cdiv(table.num_tokens, bs), \
+                f"sequence {seq_id}: {table.num_blocks} blocks for {table.num_tokens} tokens"
+            counts = expected[id(table.allocator)]
+            for block in table.physical_blocks:
+                counts[block] += 1
+        for blocks in self._reserved.values():
+            for block in blocks:
+                expected[id(self.gpu_allocator)][block] += 1
+        for allocator in allocators:
+            allocator.check_invariants()
+            want = expected[id(allocator)]
+            have = [allocator.ref_count(b) for b in range(allocator.num_blocks)]
+            bad = [(b, h, w) for b, (h, w) in enumerate(zip(have, want)) if h != w]
+            assert not bad, f"(block, reference count, table entries) differ: {bad[:5]}"
 
     # -- swapping (§4.5) ----------------------------------------------------------------
     def _distinct_blocks(self, seqs: list[Sequence]) -> set[int]:

@@ -17,7 +17,13 @@ keys)`` (:func:`hash_block_tokens`; extra keys separate caches that must not mix
   evicts the least recently freed cached block (LRU), and a hit on a free block unlinks it in O(1);
 * free (uncached) + evictable (cached, reference count 0) + in use (count ≥ 1) blocks are the
   ``num_blocks`` distinct blocks, always; ``num_free_blocks`` (what admission may take) is the first
-  two together.
+  two together (:meth:`~PrefixCachingBlockAllocator.check_invariants` checks all of this);
+* only KV that was computed may be found: a block registered while its KV is still being computed is
+  *pending* until the iteration that writes it completes (:meth:`~PrefixCachingBlockAllocator.commit`);
+  if that iteration is interrupted, :meth:`~PrefixCachingBlockAllocator.rollback` forgets the pending
+  entries, so no later request hits a block that was never written;
+* :meth:`~PrefixCachingBlockAllocator.reset` drops the whole cache (after the model's weights change)
+  and, as vLLM's ``reset_prefix_cache``, refuses while any block is in use.
 
 Compared with vLLM V1's ``BlockPool`` (read through its design notes, not its code): the same
 doubly linked free queue and hash-to-blocks map; freed uncached blocks go to the head here
@@ -64,7 +70,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
     evicted hash)); :meth:`lookup` and :meth:`register` O(block_size + blocks sharing the hash).
     """
 
-    __slots__ = ("_queue", "_hash", "_key", "_cid", "_cached", "_next_cid", "hash_fn", "_num_evictable")
+    __slots__ = ("_queue", "_hash", "_key", "_cid", "_cached", "_next_cid", "hash_fn", "_num_evictable", "_pending")
 
     def __init__(self, num_blocks: int, block_size: int, *,
                  hash_fn: Callable[[int, tuple[int, ...], Hashable], int] = hash_block_tokens) -> None:
@@ -77,6 +83,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         self._cached: dict[int, list[int]] = {}  # hash -> cached blocks with that hash
         self._next_cid = 0
         self._num_evictable = 0
+        self._pending: list[tuple[int, int]] = []  # (block, content id) registered, KV not yet written
         self.hash_fn = hash_fn
 
     # -- counts -----------------------------------------------------------------------
@@ -164,7 +171,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
     def register(self, block_id: int, block_hash: int, parent_cid: int, token_ids: tuple[int, ...],
                  extra_keys: Hashable = None) -> int:
         """Record that the in-use block ``block_id`` now holds ``token_ids`` after ``parent_cid`` (it is
-        full and its KV is being computed). Returns the content id the next block chains to: the
+        full and its KV is being computed: the entry is pending until :meth:`commit`). Returns the content id the next block chains to: the
         block's own, or, when another block already holds the same content, that block's (``block_id``
         then stays uncached: one cached block per content). O(block_size × candidates).
 
@@ -186,10 +193,77 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         self._key[block_id] = (parent_cid, token_ids, extra_keys)
         self._cid[block_id] = cid
         self._cached.setdefault(block_hash, []).append(block_id)
+        self._pending.append((block_id, cid))
         return cid
+
+    def commit(self) -> None:
+        """The KV of every pending block has been written (the iteration that computes it completed):
+        the entries stay. O(1) amortized."""
+        if self._pending:
+            self._pending.clear()
+
+    def rollback(self) -> int:
+        """Forget every pending entry (the iteration that was to write their KV did not complete), so
+        no request can hit a block that was never written; returns how many were dropped. A dropped
+        block that is free becomes a plain free block (head of the queue). O(pending × bucket)."""
+        pending, self._pending = self._pending, []
+        dropped = 0
+        for block_id, cid in reversed(pending):
+            if self._hash[block_id] is not None and self._cid[block_id] == cid:
+                self._uncache(block_id)
+                dropped += 1
+        return dropped
+
+    def reset(self) -> bool:
+        """Drop every cache entry (vLLM's ``reset_prefix_cache``): True if done; False, changing
+        nothing, while any block is in use (its KV may be read; vLLM refuses likewise). Used when the
+        model's weights change, which makes every cached KV stale. O(blocks)."""
+        if len(self._queue) != self._num_blocks:
+            return False
+        for block_id in range(self._num_blocks):
+            if self._hash[block_id] is not None:
+                self._uncache(block_id)
+        self._pending.clear()
+        return True
+
+    def _uncache(self, block_id: int) -> None:
+        """Forget the cached content of ``block_id``; a free block moves to the head of the queue."""
+        self._forget(block_id)
+        if self._ref_counts[block_id] == 0:
+            self._queue.remove(block_id)
+            self._queue.push_front(block_id)
+            self._num_evictable -= 1
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the pool is inconsistent: the free queue holds exactly the blocks
+        with reference count 0, once each; the evictable count is the free cached blocks; every cached
+        block sits in its hash's bucket once, with a content id no other block has. O(blocks)."""
+        counts = self._ref_counts
+        queue = list(self._queue)
+        assert len(queue) == len(self._queue), "free queue length differs from its links"
+        assert len(set(queue)) == len(queue), f"a block is twice in the free queue: {queue}"
+        free = {b for b in range(self._num_blocks) if counts[b] == 0}
+        assert set(queue) == free, f"free queue {sorted(queue)} != blocks with count 0 {sorted(free)}"
+        assert all(c >= 0 for c in counts), "negative reference count"
+        assert not self._free, "the base class's free stack must stay empty"
+        evictable = sum(1 for b in queue if self._hash[b] is not None)
+        assert evictable == self._num_evictable, f"evictable count {self._num_evictable} != {evictable}"
+        members = [b for bucket in self._cached.values() for b in bucket]
+        assert len(set(members)) == len(members), "a block is cached twice"
+        assert set(members) == {b for b in range(self._num_blocks) if self._hash[b] is not None}, \
+            "cached blocks and hash buckets differ"
+        for block_hash, bucket in self._cached.items():
+            assert bucket and all(self._hash[b] == block_hash for b in bucket), f"bucket {block_hash} inconsistent"
+        cids = [self._cid[b] for b in members]
+        assert len(set(cids)) == len(cids), "two cached blocks share a content id"
 
     def _evict(self, block_id: int) -> None:
         """Forget the cached content of ``block_id`` (it is being handed out for new KV)."""
+        self._forget(block_id)
+        self._num_evictable -= 1
+
+    def _forget(self, block_id: int) -> None:
+        """Drop ``block_id`` from its hash's bucket and clear its hash, key and content id."""
         block_hash = self._hash[block_id]
         bucket = self._cached[block_hash]
         bucket.remove(block_id)
@@ -198,7 +272,6 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         self._hash[block_id] = None
         self._key[block_id] = None
         self._cid[block_id] = NO_PARENT
-        self._num_evictable -= 1
 
     def free_queue(self) -> list[int]:
         """The free blocks from head (next handed out) to tail (a copy). O(free blocks)."""

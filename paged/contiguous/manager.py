@@ -38,6 +38,10 @@ class ContiguousKVCacheManager:
         ValueError: on an unknown policy, non-positive sizes, or a block size that is not a power of two.
     """
 
+    #: A fork copies the parent's KV into the child's own reservation (nothing can be shared); the
+    #: simulator charges that copy (:class:`paged.sim.executor.SimulatedExecutor`).
+    fork_copies_kv = True
+
     def __init__(self, num_slots: int, policy: str = "max", *, max_seq_len: int = 2048, block_size: int = 1) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown reservation policy {policy!r}; choose one of {POLICIES}")
@@ -214,6 +218,34 @@ class ContiguousKVCacheManager:
         for seq in seq_group.seqs:
             if seq.status is SequenceStatus.RUNNING:
                 self.free(seq)
+
+    def commit_computed(self) -> None:
+        """Nothing to commit: contiguous reservations cache no KV across requests."""
+
+    def rollback_uncomputed(self) -> int:
+        """Nothing to roll back (no prefix cache): 0."""
+        return 0
+
+    def reset_prefix_cache(self) -> bool:
+        """True: a contiguous manager has no prefix cache to drop."""
+        return True
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless the buddy allocator's free slots equal the cache less every
+        reservation held by a sequence or kept as a group's spare (each rounded to its buddy block), and
+        the group bookkeeping agrees with the reservations. O(reservations)."""
+        order_for = self.buddy.order_for
+        sizes = {start: size for start, size in self.reservations.values()}
+        assert len(sizes) == len(self.reservations), "two sequences share a reservation"
+        held = sum(1 << order_for(size) for size in sizes.values())
+        for key, spares in self._spares.items():
+            size = next((self.reservations[s][1] for s, k in self._group_of.items() if k == key), None)
+            assert size is not None or not spares, f"group {key} keeps spares but has no live sequence"
+            held += sum(1 << order_for(size) for _ in spares) if spares else 0
+        assert self.buddy.num_free_slots == self.num_total_slots - held, \
+            f"buddy free slots {self.buddy.num_free_slots} != {self.num_total_slots} - {held} reserved"
+        for key, live in self._live.items():
+            assert live == sum(1 for k in self._group_of.values() if k == key) > 0, f"group {key}: live count wrong"
 
     def sharing_counts(self) -> tuple[int, int]:
         """``(blocks reserved, the same)``: reservations (spares included) are never shared. O(groups)."""

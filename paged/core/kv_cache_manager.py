@@ -203,3 +203,23 @@ class KVCacheManager(Protocol):
         """Slots a lone request holds, summed over the ``output_len`` iterations that generate its
         tokens (slot-iterations): its KV footprint over its life."""
         ...
+
+    def commit_computed(self) -> None:
+        """The iteration scheduled last has run: KV it wrote may be found by later requests (a prefix
+        cache's pending entries stay; nothing to do without one). O(1)."""
+        ...
+
+    def rollback_uncomputed(self) -> int:
+        """The iteration scheduled last did not complete: forget cache entries of blocks whose KV it was
+        to write, so no later request reads KV that was never computed; returns how many."""
+        ...
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached block (vLLM's ``reset_prefix_cache``): True if done, False (changing
+        nothing) while blocks are in use."""
+        ...
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the manager's bookkeeping is inconsistent (reference counts, free
+        pools, reservations). O(blocks); for tests and after an interrupted run."""
+        ...

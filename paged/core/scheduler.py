@@ -17,6 +17,11 @@ Every iteration the scheduler decides which sequence groups run:
    swapped-out group comes back as soon as its blocks (each shared block once) and the blocks its
    next tokens need fit in the free memory; the watermark only holds back new requests.
 
+A request leaves the scheduler when it finishes or is aborted (:meth:`Scheduler.abort_seq_group`,
+vLLM's name): an aborted request's sequences give back every block they hold, a shared block only
+when its last holder leaves, and end with ``finish_reason="abort"``. Request and sequence ids are
+unique among the requests the scheduler holds; a duplicate is refused when it is added.
+
 The scheduler only talks to a :class:`paged.core.kv_cache_manager.KVCacheManager`, so the same code drives
 the paged manager and the contiguous Orca baselines.
 """
@@ -136,16 +141,27 @@ class Scheduler:
         self.running: list[SequenceGroup] = []  # sorted by arrival time
         self.swapped: deque[SequenceGroup] = deque()
         self.num_preemptions = 0
+        # request id -> (its group, its sequence ids when added), while waiting, running or swapped out
+        self._groups: dict = {}
+        self._seq_ids: set[int] = set()  # the sequence ids of those groups
 
     # -- queue management -------------------------------------------------------------
     def add_seq_group(self, seq_group: SequenceGroup) -> None:
         """Queue a new request (FCFS by the order of calls).
 
         Raises:
-            ValueError: if a sequence has an empty prompt or the output length is < 1.
+            ValueError: if a sequence has an empty prompt or the output length is < 1, or the request id
+                or a sequence id is already held by a request of this scheduler (or repeats in the group).
             RequestTooLargeError: if the request could never fit in the KV cache or in one
                 prefill iteration, or runs more sequences at once than ``max_num_seqs``.
         """
+        if seq_group.request_id in self._groups:
+            raise ValueError(f"request id {seq_group.request_id!r} is already waiting, running or swapped out")
+        seq_ids = [seq.seq_id for seq in seq_group.seqs]
+        if len(set(seq_ids)) != len(seq_ids) or not self._seq_ids.isdisjoint(seq_ids):
+            dup = next(i for i in seq_ids if i in self._seq_ids or seq_ids.count(i) > 1)
+            raise ValueError(f"request {seq_group.request_id!r}: sequence id {dup!r} is already in use "
+                             f"(by this request or another the scheduler holds)")
         if seq_group.prompt_len < 1:
             raise ValueError(f"request {seq_group.request_id!r} has an empty prompt")
         if seq_group.output_len < 1:
@@ -166,6 +182,54 @@ class Scheduler:
                 f"max_num_batched_tokens={self.max_num_batched_tokens}"
             )
         self.waiting.append(seq_group)
+        self._groups[seq_group.request_id] = (seq_group, seq_ids)
+        self._seq_ids.update(seq_ids)
+
+    def _forget(self, seq_group: SequenceGroup) -> None:
+        """The group has left (finished or aborted): its ids may be used again."""
+        entry = self._groups.get(seq_group.request_id)
+        if entry is not None and entry[0] is seq_group:
+            del self._groups[seq_group.request_id]
+            self._seq_ids.difference_update(entry[1])
+
+    def abort_seq_group(self, request_id) -> SequenceGroup | None:
+        """Abort one waiting, running or swapped-out request (vLLM's ``abort_seq_group``): its sequences
+        give back their KV space (a block shared with another request only when its last holder leaves)
+        and end ``FINISHED`` with ``finish_reason="abort"``; the other requests are untouched.
+
+        Returns the aborted group, or None for an id the scheduler does not hold (unknown, finished or
+        already aborted): a no-op, as in vLLM. O(sequences + queued requests).
+        """
+        entry = self._groups.get(request_id)
+        if entry is None:
+            return None
+        group = entry[0]
+        for queue in (self.waiting, self.swapped):
+            if group in queue:
+                queue.remove(group)
+        if group in self.running:
+            self.running.remove(group)
+        self._abort(group)
+        return group
+
+    def abort_all(self) -> list[SequenceGroup]:
+        """Abort every request the scheduler holds (:meth:`abort_seq_group`), e.g. after an
+        interrupted iteration; returns them. O(sequences)."""
+        groups = [*self.running, *self.swapped, *self.waiting]
+        self.running, self.swapped, self.waiting = [], deque(), deque()
+        for group in groups:
+            self._abort(group)
+        return groups
+
+    def _abort(self, group: SequenceGroup) -> None:
+        finished = SequenceStatus.FINISHED
+        for seq in group.seqs:
+            if seq.status is not finished:
+                seq.status = finished
+                seq.finish_reason = "abort"
+            self.kv_manager.free(seq)  # a no-op for a sequence that holds nothing
+        group.aborted = True
+        self._forget(group)
 
     def has_unfinished_seqs(self) -> bool:
         """True while any group waits, runs or is swapped out."""
@@ -327,4 +391,6 @@ class Scheduler:
                 kept.append(group)
         if finished:
             self.running = kept
+            for group in finished:
+                self._forget(group)
         return finished

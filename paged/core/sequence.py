@@ -42,7 +42,8 @@ class Sequence:
         status: see :class:`SequenceStatus`.
         parent_seq_id: the sequence this one was forked from (beam search / sampling), or None.
         finish_reason: once finished: ``"stop"`` (a stop or end-of-sequence token), ``"length"``
-            (its output length or ``max_tokens`` reached); None before.
+            (its output length or ``max_tokens`` reached), ``"abort"`` (its request was aborted, or the
+            run it was in was interrupted); None before.
     """
 
     seq_id: int
@@ -93,6 +94,8 @@ class SequenceGroup:
             same ``prefix_len`` share the same prefix (a trace carries one few-shot prefix).
         num_cached_tokens: prompt tokens whose KV was already in the cache at the group's first
             prefill (prefix-cache hits or a reserved prefix), set by the scheduler (vLLM's name).
+        aborted: True once the request was aborted (:meth:`paged.core.Scheduler.abort_seq_group`)
+            or the run serving it was interrupted.
 
     The real engine's groups (:class:`paged.engine.sequence_group.EngineSequenceGroup`) add typed
     sampling state (generator, beam search state).
@@ -110,6 +113,7 @@ class SequenceGroup:
     max_num_seqs: int = 0
     prefix_len: int = 0
     num_cached_tokens: int = 0
+    aborted: bool = False
 
     @property
     def prompt_len(self) -> int:

@@ -13,6 +13,14 @@ clock; if nothing is left to run, idle until the next arrival; otherwise ask the
 prefill or a decode iteration, record where KV memory is while requests wait (Fig. 2), let the
 executor run it (or, for a decode, a whole run of identical decode iterations at once when the
 executor can: the simulator's fast-forward), and retire the requests that finished.
+
+Nothing is left half-done when something escapes an iteration (``KeyboardInterrupt`` from a
+notebook's *Interrupt*, an exception from the model, the sampler or a callback): before it
+propagates, the prefix-cache entries of blocks whose KV the iteration was to write are forgotten
+(:meth:`~paged.core.KVCacheManager.rollback_uncomputed`), every request of the loop is aborted, so
+each block it held (GPU and swap space) goes back, and the loop has no work left. The KV cache
+manager is then exactly as usable as before the loop started, less nothing. One request can be
+aborted between iterations with :meth:`ServingLoop.abort_request`.
 """
 
 from __future__ import annotations
@@ -77,6 +85,11 @@ class ServingResult:
         busy_seconds: executor time spent running iterations (idle waits left out; seconds).
         batched_requests_seconds: sum over iterations of scheduled groups × the iteration's
             seconds, for the time-weighted average batch (request-seconds).
+        kv_copy_tokens, kv_copy_seconds: KV copied inside device memory by the forks of a
+            contiguous system (a beam taking another beam's history, §4.4): tokens, and the
+            seconds the time model charged for them (part of ``busy_seconds``); set by the simulator.
+        cow_blocks, cow_seconds: copy-on-write block copies (paged, §4.4) and their seconds (part
+            of ``busy_seconds``); set by the simulator.
     """
 
     groups: list[SequenceGroup]
@@ -92,6 +105,10 @@ class ServingResult:
     recomputed_tokens: int = 0
     busy_seconds: float = 0.0
     batched_requests_seconds: float = 0.0
+    kv_copy_tokens: int = 0
+    kv_copy_seconds: float = 0.0
+    cow_blocks: int = 0
+    cow_seconds: float = 0.0
 
     @property
     def avg_batched_requests(self) -> float:
@@ -126,7 +143,8 @@ class ServingLoop:
         ValueError: if ``groups`` are not sorted by arrival time.
     """
 
-    __slots__ = ("scheduler", "executor", "groups", "result", "record_memory", "record_sharing", "on_finish", "_next")
+    __slots__ = ("scheduler", "executor", "groups", "result", "record_memory", "record_sharing", "on_finish", "_next",
+                 "_commit", "_aborted")
 
     def __init__(self, scheduler: Scheduler, executor: Executor, groups: Sequence[SequenceGroup], *,
                  record_memory: bool = False, record_sharing: bool = False,
@@ -142,6 +160,10 @@ class ServingLoop:
         self.record_sharing = record_sharing
         self.on_finish = on_finish
         self._next = 0  # the next group to arrive
+        manager = scheduler.kv_manager
+        # Only a prefix cache has entries to commit after an iteration (a call per iteration otherwise saved).
+        self._commit = manager.commit_computed if getattr(manager, "enable_prefix_caching", False) else None
+        self._aborted: set = set()  # request ids aborted before they arrived
 
     @property
     def has_work(self) -> bool:
@@ -166,63 +188,121 @@ class ServingLoop:
     def step(self) -> list[SequenceGroup]:
         """One iteration of the loop (module docstring); the groups that finished in it.
 
+        Whatever escapes the iteration (an exception, ``KeyboardInterrupt``) first aborts every request
+        of the loop (:meth:`abandon`), then propagates.
+
         Raises:
             RuntimeError: as :meth:`run`.
         """
-        scheduler, executor, groups = self.scheduler, self.executor, self.groups
-        num_groups = len(groups)
-        nxt = self._next
-        now = executor.now
-        while nxt < num_groups and groups[nxt].arrival_time <= now:
-            scheduler.add_seq_group(groups[nxt])
-            nxt += 1
-        self._next = nxt
-        if not scheduler.has_unfinished_seqs():
-            if nxt < num_groups:
-                executor.wait_until(groups[nxt].arrival_time)  # idle until the next request
-            return []
-        outputs = scheduler.schedule()
-        scheduled = outputs.scheduled_seq_groups
-        if not scheduled:
-            if nxt >= num_groups:
-                raise RuntimeError("the scheduler could run no request although some remain and none is left "
-                                   "to arrive (a request larger than the free KV cache?)")
-            executor.wait_until(max(now, groups[nxt].arrival_time))
-            return []
-        for group in scheduled:
-            if group.first_scheduled_time is None:
-                group.first_scheduled_time = now
-        result = self.result
-        memory = result.memory if self.record_memory and scheduler.waiting else None
-        k = 0
-        if outputs.is_prefill:
-            self._count_prefill(outputs)
-        if self.record_sharing:
-            result.sharing.add(*scheduler.kv_manager.sharing_counts())
-        elif not outputs.is_prefill:
-            k = executor.execute_run(scheduler, outputs,
-                                     groups[nxt].arrival_time if nxt < num_groups else float("inf"), memory)
-        if k:
-            any_finished = True
-        else:
-            if memory is not None:
-                memory.add(scheduler.kv_manager.memory_usage(scheduler.running))
-            any_finished = executor.execute(scheduler, outputs)
-            k = 1
-        result.num_iterations += k
-        result.batched_requests_sum += k * len(scheduled)
-        busy = executor.now - now
-        result.busy_seconds += busy
-        result.batched_requests_seconds += busy * len(scheduled)
-        if not any_finished:
-            return []
-        finished = scheduler.free_finished_seq_groups()
-        now = executor.now
-        for group in finished:
+        try:
+            scheduler, executor, groups = self.scheduler, self.executor, self.groups
+            num_groups = len(groups)
+            nxt = self._next
+            now = executor.now
+            aborted = self._aborted
+            while nxt < num_groups and groups[nxt].arrival_time <= now:
+                if not aborted or groups[nxt].request_id not in aborted:
+                    scheduler.add_seq_group(groups[nxt])
+                nxt += 1
+            self._next = nxt
+            if not scheduler.has_unfinished_seqs():
+                while aborted and nxt < num_groups and groups[nxt].request_id in aborted:
+                    nxt += 1  # aborted before it arrived: nothing to wait for
+                self._next = nxt
+                if nxt < num_groups:
+                    executor.wait_until(groups[nxt].arrival_time)  # idle until the next request
+                return []
+            outputs = scheduler.schedule()
+            scheduled = outputs.scheduled_seq_groups
+            if not scheduled:
+                if nxt >= num_groups:
+                    raise RuntimeError("the scheduler could run no request although some remain and none is left "
+                                       "to arrive (a request larger than the free KV cache?)")
+                executor.wait_until(max(now, groups[nxt].arrival_time))
+                return []
+            for group in scheduled:
+                if group.first_scheduled_time is None:
+                    group.first_scheduled_time = now
+            result = self.result
+            memory = result.memory if self.record_memory and scheduler.waiting else None
+            k = 0
+            if outputs.is_prefill:
+                self._count_prefill(outputs)
+            if self.record_sharing:
+                result.sharing.add(*scheduler.kv_manager.sharing_counts())
+            elif not outputs.is_prefill:
+                k = executor.execute_run(scheduler, outputs,
+                                         groups[nxt].arrival_time if nxt < num_groups else float("inf"), memory)
+            if k:
+                any_finished = True
+            else:
+                if memory is not None:
+                    memory.add(scheduler.kv_manager.memory_usage(scheduler.running))
+                any_finished = executor.execute(scheduler, outputs)
+                k = 1
+            if self._commit is not None:
+                self._commit()  # the KV of the blocks this iteration filled is written
+            result.num_iterations += k
+            result.batched_requests_sum += k * len(scheduled)
+            busy = executor.now - now
+            result.busy_seconds += busy
+            result.batched_requests_seconds += busy * len(scheduled)
+            if not any_finished:
+                return []
+            finished = scheduler.free_finished_seq_groups()
+            now = executor.now
+            for group in finished:
+                group.finished_time = now
+            if finished and self.on_finish is not None:
+                self.on_finish(finished)
+            return finished
+        except BaseException:
+            self.abandon()
+            raise
+
+    def abort_request(self, request_id) -> bool:
+        """Abort one request between iterations, wherever it is (still to arrive, waiting, running,
+        swapped out): its blocks go back (shared ones when their last holder leaves), its sequences end
+        with ``finish_reason="abort"`` and ``group.aborted``; the others are served as without it.
+
+        Returns True if it was aborted, False for an id that is unknown or already finished or
+        aborted (a no-op, as vLLM's ``abort_request``). O(requests).
+        """
+        now = self.executor.now
+        group = self.scheduler.abort_seq_group(request_id)
+        if group is None:
+            group = next((g for g in self.groups[self._next:] if g.request_id == request_id), None)
+            if group is None or group.request_id in self._aborted:
+                return False
+            self._aborted.add(request_id)
+            for seq in group.seqs:
+                seq.status = SequenceStatus.FINISHED
+                seq.finish_reason = "abort"
+            group.aborted = True
+        group.finished_time = now
+        return True
+
+    def abandon(self) -> list[SequenceGroup]:
+        """Give everything back after an interrupted iteration: forget the prefix-cache entries whose
+        KV was not written, abort every request of the loop (those still to arrive too), and leave no
+        work. Returns the requests it aborted. Called by :meth:`step` when something escapes it; safe
+        to call again. O(blocks held)."""
+        manager = self.scheduler.kv_manager
+        rollback = getattr(manager, "rollback_uncomputed", None)
+        if rollback is not None:
+            rollback()
+        aborted = self.scheduler.abort_all()
+        now = self.executor.now
+        for group in self.groups[self._next:]:
+            for seq in group.seqs:
+                seq.status = SequenceStatus.FINISHED
+                seq.finish_reason = "abort"
+            group.aborted = True
+            aborted.append(group)
+        self._next = len(self.groups)
+        for group in aborted:
             group.finished_time = now
-        if finished and self.on_finish is not None:
-            self.on_finish(finished)
-        return finished
+        return aborted
 
     def _count_prefill(self, outputs: SchedulerOutputs) -> None:
         """Add a prefill iteration's requests and tokens (recomputed ones apart) to the result."""

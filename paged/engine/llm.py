@@ -24,6 +24,15 @@ requests of every decoding mode batched together (continuous batching, §4.5).
   :mod:`paged.systems`): the same engine with Orca reservations, one contiguous reservation per
   sequence; the attention kernel reads a reservation as consecutive blocks, so only memory
   management differs. Forked beams cannot share there (unsupported).
+
+Interrupting and aborting: whatever escapes :meth:`LLM.generate` (``KeyboardInterrupt``, an exception
+from the model, the sampler or a callback) leaves the LLM as usable as before: every block the call
+took (GPU and swap space) is back before the exception propagates, and the prefix cache keeps only
+blocks whose KV was written, so the next call returns what a fresh LLM returns
+(:class:`paged.core.serving_loop.ServingLoop`). A request of a loop driven by hand
+(:meth:`LLM.serving_loop`) is aborted with ``loop.abort_request(i)`` (its output then says
+``finish_reason="abort"``, :meth:`LLM.request_outputs`); :meth:`LLM.reset_prefix_cache` drops the cache,
+and :meth:`LLM.load_weights` does so whenever the weights change.
 """
 
 from __future__ import annotations
@@ -62,7 +71,8 @@ class CompletionOutput:
         token_ids: generated token ids (a stop token that ended it included).
         text: ``token_ids`` decoded ("" without a tokenizer).
         cumulative_logprob: beam search: the hypothesis' length-penalised score; else None.
-        finish_reason: ``"stop"`` (a stop / EOS token) or ``"length"`` (``max_tokens`` reached).
+        finish_reason: ``"stop"`` (a stop / EOS token), ``"length"`` (``max_tokens`` reached) or
+            ``"abort"`` (the request was aborted: the tokens generated until then).
     """
 
     index: int
@@ -103,8 +113,16 @@ def _load(model, tokenizer, dtype):
         if not (path / "config.json").is_file():
             raise ValueError(f"{str(path)!r} is not a transformers model directory (no config.json in it)")
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+        # A small local model loads in well under a second: no "Loading weights" bar in the cell.
+        shown = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+        finally:
+            if shown:
+                hf_logging.enable_progress_bar()
         if tokenizer is None:
             tokenizer = path
     if isinstance(tokenizer, (str, Path)):
@@ -277,12 +295,46 @@ class LLM:
         show = len(loop.groups) > 32 if use_tqdm is None else use_tqdm
         with tqdm(total=len(loop.groups), disable=not show, desc="generate", unit="req") as bar:
             loop.on_finish = lambda groups: bar.update(len(groups))
-            result = loop.run()
+            result = loop.run()  # on any exception the loop has given every block back (ServingLoop.step)
         stats = loop.executor.stats
         stats.elapsed = result.duration
         stats.num_preemptions = result.num_preemptions
         self.last_stats, self.last_result = stats, result
+        return self.request_outputs(loop, texts)
+
+    def request_outputs(self, loop: ServingLoop, texts: list[str | None]) -> list[RequestOutput]:
+        """One :class:`RequestOutput` per request of a loop from :meth:`serving_loop`, in prompt order:
+        what :meth:`generate` returns, for a loop driven by hand. An aborted request gives the tokens
+        it had generated with ``finish_reason="abort"``; one still running, those so far with
+        ``finished=False``."""
         return [self._output(group, text) for group, text in zip(loop.groups, texts)]
+
+    # -- the cache and the weights -----------------------------------------------------------
+    def reset_prefix_cache(self) -> bool:
+        """Drop every block of the prefix cache (vLLM's ``LLM.reset_prefix_cache``).
+
+        Returns True when the cache is empty afterwards (always without prefix caching); False,
+        changing nothing, while a request of a loop driven by hand still holds blocks: like vLLM, the
+        reset is refused while blocks are in use. O(blocks).
+        """
+        return self.kv_manager.reset_prefix_cache()
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], *, strict: bool = True) -> None:
+        """Replace the model's weights (``model.load_state_dict``) and drop the prefix cache, whose KV
+        the old weights computed.
+
+        Raises:
+            RuntimeError: if requests still hold KV blocks (a loop driven by hand: finish or abort
+                them first); nothing is changed. Also ``load_state_dict``'s errors (missing or
+                unexpected keys with ``strict``, shape mismatches), with the cache kept.
+        """
+        held = self.kv_manager.num_used_slots
+        if held:
+            raise RuntimeError(f"cannot change the weights while requests hold {held} KV slots: finish or "
+                               f"abort them first")
+        self.model.load_state_dict(state_dict, strict=strict)
+        if not self.kv_manager.reset_prefix_cache():  # cannot happen: nothing is held
+            raise RuntimeError("the prefix cache could not be reset")
 
     def serving_loop(self, prompts, sampling_params=None, *,
                      arrival_times: list[float] | None = None,
@@ -337,7 +389,7 @@ class LLM:
     def _output(self, group: SequenceGroup, text: str | None) -> RequestOutput:
         params: SamplingParams = group.sampling_params
         outputs = []
-        if params.use_beam_search:
+        if params.use_beam_search and not group.aborted:
             for i, (score, ids) in enumerate(group.beam.finished[: params.n]):
                 reason = "stop" if ids and ids[-1] in params.stop_ids(self.eos_token_ids) else "length"
                 outputs.append(CompletionOutput(i, ids, self._decode(ids), score, reason))
@@ -351,4 +403,5 @@ class LLM:
         if params.use_beam_search:
             metrics["beam_history"] = group.beam_history
         return RequestOutput(group.request_id, text, group.seqs[0].token_ids[: group.prompt_len], outputs,
+                             finished=group.aborted or group.is_finished(),
                              num_cached_tokens=group.num_cached_tokens, metrics=metrics)

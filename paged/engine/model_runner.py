@@ -27,11 +27,10 @@ How one step flows (checked against transformers 5.24's Llama code):
   :func:`paged.kernels.attention.paged_attention`; nothing gathers the whole cache.
 
 Decode backends: on CUDA, :func:`paged.kernels.attention.paged_attention` runs the Triton kernel. On a
-CPU the runner calls :func:`paged.kernels.packed.paged_attention_packed`: it reads only the blocks
-the sequences hold (flattened once per step by :func:`paged.kernels.packed.pack_block_tables`,
-shared by all layers) instead of gathering every sequence padded to the longest context
-(:func:`paged.kernels.reference.paged_attention_torch`), whose padding dominated large CPU
-batches of ShareGPT-length requests.
+CPU the runner calls :func:`paged.kernels.bucketed.paged_attention_bucketed`: the sequences are
+sorted into length buckets once per step (:func:`paged.kernels.bucketed.plan_buckets`, shared by
+all layers), each bucket's blocks gathered into a reused workspace and attended by one fused SDPA
+call, so neither every sequence is padded to the longest context nor many small ops run per block.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from paged.kernels.attention import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES, paged_attention
-from paged.kernels.packed import PackedBlocks, pack_block_tables, paged_attention_packed
+from paged.kernels.bucketed import DecodeBuckets, GatherWorkspace, paged_attention_bucketed, plan_buckets
 from paged.engine.kv_cache import PagedKVCache
 
 __all__ = ["ATTN_IMPLEMENTATION", "StepMetadata", "ModelRunner", "model_kv_shape"]
@@ -69,7 +68,8 @@ class StepMetadata:
         context_lens: decode only: ``[num_seqs]`` int32 tokens each sequence attends to.
         max_context_len: decode only: the largest context length (tokens).
         use_reference: decode through the CPU torch path (module docstring).
-        packed: CPU decode: the step's used blocks, flattened once for all layers.
+        buckets: CPU decode: the step's length buckets, planned once for all layers.
+        workspace: CPU decode: the runner's reused gather buffers.
     """
 
     kv_cache: PagedKVCache
@@ -81,7 +81,8 @@ class StepMetadata:
     context_lens: torch.Tensor | None = None
     max_context_len: int = 0
     use_reference: bool = False
-    packed: PackedBlocks | None = None
+    buckets: DecodeBuckets | None = None
+    workspace: GatherWorkspace | None = None
 
 
 def _paged_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -127,7 +128,8 @@ def _paged_attention_forward(module, query, key, value, attention_mask, scaling=
             start = end
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
     elif meta.use_reference:
-        out = paged_attention_packed(q, cache.key_caches[layer], cache.value_caches[layer], meta.packed, scaling)
+        out = paged_attention_bucketed(q, cache.key_caches[layer], cache.value_caches[layer], meta.buckets, scaling,
+                                       meta.workspace)
     else:
         out = paged_attention(q, cache.key_caches[layer], cache.value_caches[layer], meta.block_tables,
                               meta.context_lens, scale=scaling)
@@ -211,6 +213,7 @@ class ModelRunner:
             raise ValueError(f"head size {head_size} / block size {kv_cache.block_size} not supported by the "
                              f"Triton kernel (head sizes {SUPPORTED_HEAD_SIZES}, block sizes {SUPPORTED_BLOCK_SIZES})")
         self.use_reference = kv_cache.device.type != "cuda"
+        self._workspace = GatherWorkspace()
 
     @torch.inference_mode()
     def execute(self, input_ids: list[int], positions: list[int], slot_mapping: list[int], *, is_prefill: bool,
@@ -251,7 +254,8 @@ class ModelRunner:
             meta = StepMetadata(self.kv_cache, False, slots, block_tables=table, context_lens=lens,
                                 max_context_len=max(context_lens), use_reference=self.use_reference)
             if self.use_reference:
-                meta.packed = pack_block_tables(table, lens, self.kv_cache.block_size)
+                meta.buckets = plan_buckets(table, context_lens, self.kv_cache.block_size)
+                meta.workspace = self._workspace
             last = torch.arange(len(input_ids), device=dev)
         with _attn_implementation(self.model, ATTN_IMPLEMENTATION):
             out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=last, paged_step=meta)

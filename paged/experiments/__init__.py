@@ -18,10 +18,11 @@ Layout (which file holds what):
   (Fig. 11, trace lengths);
 * ``nb02_sharing/``: ``sharing.py`` (Fig. 14-16 runs), ``sharing_figures.py``;
 * ``nb03_throughput/``: ``throughput.py`` (Fig. 12/13/17 runs, ratio tables, host-cost
-  sensitivity), ``throughput_figures.py``;
+  sensitivity), ``efficiency_sensitivity.py`` (the efficiency-factor panel), ``throughput_figures.py``;
 * ``nb04_kernel/``: ``kernel.py`` (Fig. 18a runs, roofline, figure);
 * ``nb05_engine/``: ``engine.py`` (interleaved rounds on the real-model engine),
-  ``hf_baselines.py``, ``engine_profile.py``, ``validation.py`` (the simulator checked against the engine).
+  ``hf_baselines.py``, ``engine_profile.py``, ``validation.py`` (the simulator checked against the engine);
+* ``nb06_today/``: ``today.py`` (today's GQA / MQA models on A100, H100, H200 and L4).
 
 Notebook packages import the infrastructure, ``serving`` and (without cycles) one another.
 """

@@ -11,7 +11,9 @@
   optional timing of the table's neighbours on a real GPU;
 * :mod:`~paged.kernels.reference`: torch references: the fp32 oracle, the block-table gather, and
   the contiguous-cache baseline of Fig. 18a;
-* :mod:`~paged.kernels.packed`: the engine's padding-free CPU decode path.
+* :mod:`~paged.kernels.packed`: the engine's padding-free CPU decode path;
+* :mod:`~paged.kernels.bucketed`: a CPU decode path by length buckets (gathered blocks, one SDPA
+  call per bucket).
 
 The kernels know nothing of blocks allocators or schedulers: they read a cache through block
 tables, so they import only torch (and triton).

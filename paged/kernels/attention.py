@@ -135,7 +135,13 @@ def paged_attention(
     if backend == "reference":
         return paged_attention_reference(query, key_cache, value_cache, block_tables, context_lens, float(scale))
 
-    from paged.kernels import triton_paged_attention as kernel  # imports triton
+    try:
+        from paged.kernels import triton_paged_attention as kernel  # imports triton
+    except ModuleNotFoundError as err:
+        if err.name != "triton":
+            raise
+        raise ImportError("backend='triton' needs the triton package (installed with paged on Linux only; "
+                          "pip install 'triton>=3.9,<3.10'), or use backend='reference'") from None
 
     if not query.is_cuda and not kernel.INTERPRETED:
         raise RuntimeError(

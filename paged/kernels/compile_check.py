@@ -80,7 +80,7 @@ class KernelShape:
     split_k: bool
 
 
-#: The grid the check covers (issue 13): head sizes (32 is the shipped small model's), tokens per
+#: The grid the check covers (the launch table's shapes): head sizes (32 is the shipped small model's), tokens per
 #: block, query heads per KV head (1 = no GQA, e.g. OPT-13B; 5 is not a power of two).
 HEAD_SIZES = (32, 64, 80, 96, 128, 256)
 BLOCK_SIZES = (8, 16, 32)

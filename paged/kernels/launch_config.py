@@ -13,7 +13,7 @@ What the check measured (Triton 3.9) and how it shaped the table:
 
 * **Specialisation decides spills.** Compiled as Triton's JIT compiles a real launch (16-byte
   aligned K/V, strides divisible by 16), the former default (tile 64, 4 warps) needs 114 registers
-  and no stack at head 128; compiled without those hints, as issue 13's first table was, the same
+  and no stack at head 128; compiled without those hints (the table's first version), the same
   kernel keeps 32 registers and spills 2,784 bytes per thread. So the launcher refuses unaligned
   K/V (the variant it would get is not the checked one), and the kernel does not specialise on the
   integers that change from call to call, so one compiled variant serves every batch.

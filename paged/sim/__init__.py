@@ -1,6 +1,9 @@
 """The simulated executor (§6): paper-scale models and servers, time from a GPU cost model.
 
 * :mod:`~paged.sim.model_spec`: model shapes and KV bytes per token (§3, Table 1);
+  :mod:`~paged.sim.model_config`: the same from a Hugging Face ``config.json`` (GQA / MQA models of
+  today, shipped in ``data/configs/``); :mod:`~paged.sim.gpu_spec`: GPUs from their datasheets;
+  :mod:`~paged.sim.deployment`: a model on ``tp`` of them, its KV cache memory or why it does not fit;
 * :mod:`~paged.sim.cost_model`: how long an iteration takes on Table 1's A100 servers (GPU work and
   the sourced host costs), :mod:`~paged.sim.linear_cost`: the same form fitted to a profile of the
   real engine, :mod:`~paged.sim.iteration_cost`: the dispatch both share;

@@ -23,10 +23,16 @@ tensor parallelism (each GPU holds ``1/g`` of every weight matrix and of the KV 
   :func:`paged.experiments.serving.cost_model_for`);
 * **swapping** (§4.5): one PCIe copy per block per layer for K and for V, each with a fixed
   issue latency, so small blocks swap slowly (§7.3, Fig. 19a);
-* **recomputation** is simply the prefill of prompt + generated tokens.
+* **recomputation** is simply the prefill of prompt + generated tokens;
+* **KV copies inside device memory** (§4.4): each copied byte is read and written once at the
+  achieved HBM bandwidth, on every GPU for its share of the KV heads. Paged pays one block per
+  copy-on-write (``block_copy_time``: a block shared by forked beams or samples that one of them
+  writes into); a contiguous system (Orca) pays a copy of the parent's whole KV each time a beam
+  forks into another reservation (``kv_copy_time``, charged by the simulated executor).
 
-Every constant below cites its source; the efficiency factors are stated assumptions chosen
-before any comparison and never fitted to the paper's curves. The host costs come from the vLLM
+Every constant below cites its source; the efficiency factors' central values were chosen before
+any comparison, their low and high ends come from published A100 measurements
+(:data:`EFFICIENCY_RANGES`, for the sensitivity study), and nothing is fitted to the paper's curves. The host costs come from the vLLM
 team's published profiles of later (2024) vLLM versions on other GPUs; the 2023 code the paper
 measured was at least as slow on the host (its sampler ran one request at a time, vLLM issue #249),
 so the sourced values are a low estimate and the 2× band is the plausible range. Not modelled
@@ -36,14 +42,17 @@ so the sourced values are a low estimate and the 2× band is the plausible range
 from __future__ import annotations
 
 import numbers
+import os
 from dataclasses import dataclass
 
+from paged.sim.deployment import get_deployment
 from paged.sim.iteration_cost import IterationCostModel
 from paged.sim.model_spec import GiB, ModelSpec, get_model, kv_cache_slots
 
 __all__ = ["ServerSpec", "CostModel", "SERVERS", "PRESETS", "get_cost_model", "A100_PEAK_FP16_FLOPS",
            "A100_40GB_HBM_BYTES_PER_S", "A100_80GB_HBM_BYTES_PER_S", "NVLINK_BYTES_PER_S",
-           "PCIE4_X16_BYTES_PER_S", "HOST_COSTS"]
+           "PCIE4_X16_BYTES_PER_S", "HOST_COSTS", "EFFICIENCY_RANGES", "MEMORY_EFFICIENCY", "COMPUTE_EFFICIENCY",
+           "MEMORY_EFFICIENCY_RANGE", "COMPUTE_EFFICIENCY_RANGE"]
 
 #: A100 dense FP16/BF16 Tensor Core peak, FLOP/s per GPU. Source: NVIDIA A100 Tensor Core GPU
 #: datasheet (2020/2021), "FP16 Tensor Core 312 TFLOPS" (624 with sparsity, not used here).
@@ -60,12 +69,33 @@ NVLINK_BYTES_PER_S = 300e9
 #: reaches about 25 GB/s in practice (CUDA bandwidthTest on A100 systems), which we use.
 PCIE4_X16_BYTES_PER_S = 25e9
 
-#: Fraction of peak HBM bandwidth a large streaming read achieves. Assumption: STREAM-style
-#: copy kernels on A100 reach roughly 80–90% of the datasheet bandwidth; we take 0.8.
+#: Fraction of peak HBM bandwidth a decode step's streaming reads (weights, KV) achieve; central
+#: value, inside the sourced range :data:`MEMORY_EFFICIENCY_RANGE`. Chosen before any comparison.
 MEMORY_EFFICIENCY = 0.8
-#: Fraction of peak Tensor Core FLOP/s large fp16 GEMMs achieve. Assumption: cuBLAS GEMMs of
-#: transformer shapes reach about 60–80% of 312 TFLOP/s; we take 0.6 (serving shapes are skinny).
+#: Sourced ends of the achieved HBM bandwidth fraction, for the sensitivity study (never fitted):
+#: low 0.70: FasterTransformer's own GPT-20B benchmark on one A100-80GB (NVIDIA/FasterTransformer
+#: docs/gpt_guide.md, "Performance of GPT-20B", 44 layers, hidden 6144, fp16, batch 1): input 80 /
+#: output 200 tokens take 5,609 ms and input 60 / output 20 take 560 ms, so a decode step costs
+#: (5609 − 560) / 180 ≈ 28.0 ms; its ≈ 20.2e9 parameters are 40.4 GB, read at 40.4 GB / 28.0 ms ≈
+#: 1.44 TB/s = 0.71 of 2,039 GB/s. That step also holds attention, launches and sampling, so the
+#: weights alone stream at least this fast. High 0.90: a bound, not a cited A100 measurement (no
+#: published A100 streaming-bandwidth figure was found for this module): DRAM refresh and page
+#: misses keep any kernel below the datasheet figure, and 0.9 leaves ~10 %; a kernel benchmark's
+#: note that vLLM's paged-attention decode reaches "~70-85% of peak HBM bandwidth" on H100
+#: (KernelBench-hard, problem 03_paged_attention) falls inside the range.
+MEMORY_EFFICIENCY_RANGE = (0.70, 0.90)
+#: Fraction of peak Tensor Core FLOP/s the GEMMs of a large batch achieve; central value, inside
+#: :data:`COMPUTE_EFFICIENCY_RANGE` (serving batches give skinny GEMMs: M = batch tokens). Chosen
+#: before any comparison.
 COMPUTE_EFFICIENCY = 0.6
+#: Sourced ends of the achieved Tensor Core fraction, for the sensitivity study (never fitted):
+#: low 0.52: Megatron-LM on A100 (Narayanan et al., SC'21, "Efficient Large-Scale Language Model
+#: Training on GPU Clusters Using Megatron-LM": 163 TFLOP/s per GPU, 52 % of peak, end to end for
+#: its 1T-parameter model; the GEMMs alone run faster, so a GEMM-bound batch does at least this);
+#: high 0.80: large fp16 GEMMs under cuBLAS 11 on A100 (NVIDIA's "Matrix Multiplication Background
+#: User's Guide", Feb. 2023, §2.3 and Fig. 2: large, tile-aligned GEMMs approach ≈ 80 % of 312 TFLOP/s,
+#: read off its figures, not a number it quotes; serving shapes with a few hundred rows stay below).
+COMPUTE_EFFICIENCY_RANGE = (0.52, 0.80)
 #: Fraction of NVLink bandwidth a ring all-reduce achieves (NCCL "bus bandwidth"). Assumption:
 #: nccl-tests on DGX A100 report about 230–240 GB/s of 300; we take 0.8.
 NVLINK_EFFICIENCY = 0.8
@@ -171,6 +201,10 @@ class CostModel(IterationCostModel):
             (Orca, FasterTransformer).
         cpu_scale: factor on every host (CPU) cost (module docstring): 0 removes them, 1 is the
             sourced values, 2 doubles them (the sensitivity band).
+        memory_efficiency: achieved fraction of HBM bandwidth (default :data:`MEMORY_EFFICIENCY`;
+            the sourced ends are :data:`MEMORY_EFFICIENCY_RANGE`).
+        compute_efficiency: achieved fraction of peak Tensor Core FLOP/s (default
+            :data:`COMPUTE_EFFICIENCY`; sourced ends :data:`COMPUTE_EFFICIENCY_RANGE`).
     """
 
     model: ModelSpec
@@ -178,6 +212,8 @@ class CostModel(IterationCostModel):
     block_size: int = 16
     paged_kernel: bool = True
     cpu_scale: float = 1.0
+    memory_efficiency: float = MEMORY_EFFICIENCY
+    compute_efficiency: float = COMPUTE_EFFICIENCY
 
     # -- derived constants ------------------------------------------------------------
     @property
@@ -187,15 +223,15 @@ class CostModel(IterationCostModel):
 
     @property
     def _bw(self) -> float:
-        return self.server.hbm_bytes_per_s * MEMORY_EFFICIENCY
+        return self.server.hbm_bytes_per_s * self.memory_efficiency
 
     def _linear_time(self, num_tokens: int, num_logits: int) -> float:
         """Roofline time of every weight matrix for ``num_tokens`` tokens (seconds)."""
         m, g = self.model, self.server.num_gpus
-        embed = m.vocab_size * m.hidden_size
-        flops = 2 * (m.num_params - embed) * num_tokens + 2 * embed * num_logits
-        compute = flops / g / (self.server.peak_flops * COMPUTE_EFFICIENCY)
-        memory = m.weight_bytes / g / self._bw
+        embed = m.embedding_params
+        flops = 2 * m.matmul_params * num_tokens + 2 * embed * num_logits
+        compute = flops / g / (self.server.peak_flops * self.compute_efficiency)
+        memory = m.streamed_weight_bytes / g / self._bw
         return compute if compute > memory else memory
 
     def _fixed_time(self, num_tokens: int) -> float:
@@ -251,11 +287,24 @@ class CostModel(IterationCostModel):
         (a recomputation passes prompt + generated tokens)."""
         m, g = self.model, self.server.num_gpus
         n = sum(prompt_lens)
-        attn_flops = sum(2 * m.num_layers * m.hidden_size * p * p for p in prompt_lens)
-        attn = attn_flops / g / (self.server.peak_flops * COMPUTE_EFFICIENCY)
+        attn_flops = sum(2 * m.num_layers * m.attention_flops_width * p * p for p in prompt_lens)
+        attn = attn_flops / g / (self.server.peak_flops * self.compute_efficiency)
         kv_write = n * m.kv_bytes_per_token / g / self._bw
         return (self._linear_time(n, len(prompt_lens)) + attn + kv_write + self._fixed_time(n)
                 + self.host_time(len(prompt_lens), n, 0))
+
+    def kv_copy_time(self, num_tokens: int) -> float:
+        """Seconds to copy the KV of ``num_tokens`` tokens inside device memory (all layers, K and V):
+        ``2 · tokens · KV bytes per token / g / achieved HBM bandwidth`` (each byte read and written).
+        A contiguous system's fork of a ``t``-token beam costs ``kv_copy_time(t)`` (§4.4)."""
+        if num_tokens <= 0:
+            return 0.0
+        return 2 * num_tokens * self.model.kv_bytes_per_token / self.server.num_gpus / self._bw
+
+    def block_copy_time(self, num_blocks: int) -> float:
+        """Seconds of ``num_blocks`` copy-on-write copies of ``block_size``-token blocks (§4.4),
+        ``kv_copy_time(num_blocks · block_size)``."""
+        return self.kv_copy_time(num_blocks * self.block_size)
 
     def swap_time(self, num_blocks: int, block_size: int | None = None) -> float:
         """Seconds to move ``num_blocks`` KV blocks one way over PCIe (§4.5, Fig. 19a).
@@ -273,20 +322,54 @@ class CostModel(IterationCostModel):
         return copies * (SWAP_COPY_LATENCY_S + copy_bytes / self.server.pcie_bytes_per_s)
 
 
-def get_cost_model(model: str, *, block_size: int = 16, paged_kernel: bool = True,
-                   cpu_scale: float = 1.0) -> CostModel:
-    """The cost model of a Table 1 preset (``opt-13b``, ``opt-66b``, ``opt-175b``, ``llama-13b``).
+def get_cost_model(model, *, gpu: str | None = None, tp: int | None = None, max_seq_len: int | None = None,
+                   block_size: int = 16, paged_kernel: bool = True, cpu_scale: float = 1.0,
+                   memory_efficiency: float = MEMORY_EFFICIENCY,
+                   compute_efficiency: float = COMPUTE_EFFICIENCY) -> CostModel:
+    """The cost model of ``model`` on a server: a Table 1 preset (``opt-13b``, ``opt-66b``,
+    ``opt-175b``, ``llama-13b``) on its Table 1 server, or any model on ``tp`` GPUs ``gpu``
+    (:func:`paged.sim.deployment.get_deployment`: a shipped config name such as ``llama-3.1-8b``, a
+    ``config.json`` path or a :class:`~paged.sim.model_spec.ModelSpec`, with ``gpu`` one of
+    :data:`paged.sim.gpu_spec.GPUS`; or a deployment name ``llama-3.1-8b@2xh100-sxm:8192``).
+    Every constant of the module docstring applies unchanged to every GPU.
+
+    ``memory_efficiency`` / ``compute_efficiency``: the achieved fractions of HBM bandwidth and of
+    peak FLOP/s (defaults: the central values; :data:`EFFICIENCY_RANGES` holds the sourced ends).
 
     Raises:
-        ValueError: for an unknown model, a ``block_size`` that is not an integer ≥ 1 (tokens), or a
-            ``cpu_scale`` that is not a finite number ≥ 0; TypeError for a model that is not a name.
+        ValueError: for an unknown model or GPU, a ``block_size`` that is not an integer ≥ 1 (tokens), a
+            ``cpu_scale`` that is not a finite number ≥ 0, an efficiency outside (0, 1], a model outside
+            Table 1 without a ``gpu``, a ``tp`` that does not divide the heads;
+            :class:`~paged.sim.deployment.ModelDoesNotFitError` (a ValueError) naming the bytes for a
+            model that does not fit; TypeError for a model that is not a name, path or spec.
     """
     if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral) or block_size < 1:
         raise ValueError(f"block_size must be an integer ≥ 1 (tokens), got {block_size!r}")
     if isinstance(cpu_scale, bool) or not isinstance(cpu_scale, numbers.Real) or not 0 <= cpu_scale < float("inf"):
         raise ValueError(f"cpu_scale must be a finite number ≥ 0, got {cpu_scale!r}")
-    spec = get_model(model)
-    return CostModel(spec, SERVERS[spec.name], block_size, paged_kernel, float(cpu_scale))
+    for name, value in (("memory_efficiency", memory_efficiency), ("compute_efficiency", compute_efficiency)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= 1:
+            raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
+    if not isinstance(model, (str, os.PathLike, ModelSpec)):
+        get_model(model)  # the TypeError naming the presets
+    plan = get_deployment(model, gpu, tp, max_seq_len)
+    if plan is None:
+        spec = get_model(model)
+        return CostModel(spec, SERVERS[spec.name], block_size, paged_kernel, float(cpu_scale),
+                         float(memory_efficiency), float(compute_efficiency))
+    g = plan.gpu
+    server = ServerSpec(plan.server_name, plan.tp, g.peak_flops, g.hbm_bytes_per_s, g.interconnect_bytes_per_s,
+                        g.pcie_bytes_per_s, plan.kv_cache_bytes)
+    return CostModel(plan.model, server, block_size, paged_kernel, float(cpu_scale),
+                     float(memory_efficiency), float(compute_efficiency))
+
+
+#: The sourced low and high ends of the efficiency factors (see the constants), for a sensitivity
+#: panel: name (a :func:`get_cost_model` keyword) -> (low, central, high).
+EFFICIENCY_RANGES = {
+    "memory_efficiency": (MEMORY_EFFICIENCY_RANGE[0], MEMORY_EFFICIENCY, MEMORY_EFFICIENCY_RANGE[1]),
+    "compute_efficiency": (COMPUTE_EFFICIENCY_RANGE[0], COMPUTE_EFFICIENCY, COMPUTE_EFFICIENCY_RANGE[1]),
+}
 
 
 #: The host (CPU) costs of one iteration, for tables: name -> (seconds, what it is per).

@@ -7,7 +7,12 @@ generated its trace output length (the simulator knows it; the real engine sampl
 
 Beam search (§4.4): a group carrying a recorded search (``group.beam``, :mod:`paged.sim.beam_replay`)
 replays it: after each iteration, candidates no new candidate continues are freed, the others fork
-as the recording says (sharing every block), and each new candidate gains its token.
+as the recording says (sharing every block), and each new candidate gains its token. Where the KV
+cache manager cannot share (``kv_manager.fork_copies_kv``, a contiguous reservation), each fork
+copies the parent's KV into the child's reservation, and the step's time grows by
+``iteration_time.kv_copy_time(tokens copied)``; paged's copy-on-write block copies are priced by the
+time model with the next iteration (``blocks_to_copy``). Both are counted: ``copied_tokens`` /
+``copy_seconds`` (contiguous forks) and ``cow_blocks`` / ``cow_seconds`` (copy-on-write).
 
 Fast-forward (:func:`paged.sim.fast_forward.decode_run`): when the time model has a
 ``decode_time(num_seqs, context_tokens)`` method (a :class:`paged.sim.cost_model.CostModel`),
@@ -40,9 +45,12 @@ class SimulatedExecutor:
 
     Attributes:
         now: the simulated clock (seconds).
+        copied_tokens, copy_seconds: KV tokens copied by contiguous forks and the seconds charged.
+        cow_blocks, cow_seconds: copy-on-write block copies and the seconds charged (paged).
     """
 
-    __slots__ = ("now", "iteration_time", "decode_time", "_next_seq_id")
+    __slots__ = ("now", "iteration_time", "decode_time", "_next_seq_id", "copied_tokens", "copy_seconds",
+                 "cow_blocks", "cow_seconds")
 
     def __init__(self, iteration_time: Callable[[SchedulerOutputs], float], *, fast_forward: bool = True,
                  first_fork_id: int = 1 << 40) -> None:
@@ -50,6 +58,8 @@ class SimulatedExecutor:
         self.iteration_time = iteration_time
         self.decode_time = getattr(iteration_time, "decode_time", None) if fast_forward else None
         self._next_seq_id = first_fork_id
+        self.copied_tokens = self.cow_blocks = 0
+        self.copy_seconds = self.cow_seconds = 0.0
 
     def wait_until(self, time: float) -> None:
         """Jump the clock to ``time`` (seconds): nothing runs while no request is there."""
@@ -62,13 +72,20 @@ class SimulatedExecutor:
 
         Token counts only: a simulated sequence's ``token_ids`` (if any) stay its prompt's."""
         self.now = now = self.now + self.iteration_time(outputs)
+        if outputs.blocks_to_copy:
+            cow = getattr(self.iteration_time, "block_copy_time", None)
+            self.cow_blocks += len(outputs.blocks_to_copy)
+            self.cow_seconds += cow(len(outputs.blocks_to_copy)) if cow is not None else 0.0
         running = SequenceStatus.RUNNING
         any_finished = False
+        copied = 0
         for group in outputs.scheduled_seq_groups:
             if group.first_token_time is None:
                 group.first_token_time = now
             if getattr(group, "beam", None) is not None:
-                any_finished |= self._beam_step(scheduler, group)
+                finished, tokens = self._beam_step(scheduler, group)
+                any_finished |= finished
+                copied += tokens
                 continue
             for seq in group.seqs:
                 if seq.status is not running:
@@ -77,17 +94,26 @@ class SimulatedExecutor:
                 if seq.num_generated >= group.output_len:
                     scheduler.finish_seq(seq)
                     any_finished = True
+        if copied:  # contiguous forks copy the parents' KV before the next step
+            copy = getattr(self.iteration_time, "kv_copy_time", None)
+            seconds = copy(copied) if copy is not None else 0.0
+            self.copied_tokens += copied
+            self.copy_seconds += seconds
+            self.now += seconds
         return any_finished
 
-    def _beam_step(self, scheduler: Scheduler, group: SequenceGroup) -> bool:
-        """One step of a replayed beam search (module docstring). True if the search finished."""
+    def _beam_step(self, scheduler: Scheduler, group: SequenceGroup) -> tuple[bool, int]:
+        """One step of a replayed beam search (module docstring). ``(finished, KV tokens copied by
+        forks)``; the tokens are 0 unless the KV cache manager copies on fork."""
         candidates = [seq for seq in group.seqs if seq.status is SequenceStatus.RUNNING]
         step = candidates[0].num_generated
         if step + 1 >= group.output_len:  # the last token: every candidate's hypothesis is done
             for seq in candidates:
                 seq.num_generated += 1
                 scheduler.finish_seq(seq)
-            return True
+            return True, 0
+        copies_kv = getattr(scheduler.kv_manager, "fork_copies_kv", False)
+        copied = 0
         parents = group.beam.parents(step)
         kept = set(parents)
         for i, seq in enumerate(candidates):  # dropped first: their blocks (or reservations) go back
@@ -102,6 +128,8 @@ class SimulatedExecutor:
                                  parent_seq_id=parent.seq_id)
                 self._next_seq_id += 1
                 scheduler.fork_seq(group, parent, child)
+                if copies_kv:
+                    copied += parent.num_tokens
                 targets.append(child)
             else:
                 continued.add(p)
@@ -109,7 +137,7 @@ class SimulatedExecutor:
         for seq in targets:
             seq.num_generated += 1
         group.seqs[:] = targets  # candidate order, best first, as the recording's indices
-        return False
+        return False, copied
 
     def execute_run(self, scheduler: Scheduler, outputs: SchedulerOutputs, next_arrival_time: float,
                     memory: MemoryStats | None) -> int:

@@ -11,7 +11,13 @@ have the same form, so they share this dispatch:
 * a **decode** iteration costs ``decode_time(num_seqs, context_tokens)``, which must be linear in
   ``context_tokens`` for a fixed ``num_seqs`` (the simulator's fast-forward sums runs of decode
   iterations with it);
-* swaps before the iteration add ``swap_time(blocks)`` for each direction (§4.5).
+* swaps before the iteration add ``swap_time(blocks)`` for each direction (§4.5);
+* copy-on-write block copies before the iteration (``blocks_to_copy``, §4.4: a block shared by
+  forked sequences is copied when one of them writes into it) add ``block_copy_time(blocks)``.
+
+A contiguous system's fork copies the parent's whole KV into the child's reservation
+(:attr:`paged.contiguous.ContiguousKVCacheManager.fork_copies_kv`); the simulated executor charges
+it with ``kv_copy_time(tokens)`` (:class:`paged.sim.executor.SimulatedExecutor`).
 """
 
 from __future__ import annotations
@@ -40,18 +46,30 @@ class IterationCostModel:
         """Seconds to move ``num_blocks`` KV blocks one way between device and host."""
         raise NotImplementedError
 
+    def kv_copy_time(self, num_tokens: int) -> float:
+        """Seconds to copy the KV of ``num_tokens`` tokens inside device memory. 0 here: a time model
+        without a copy cost (a fitted engine profile, whose measured steps already hold its copies)."""
+        return 0.0
+
+    def block_copy_time(self, num_blocks: int) -> float:
+        """Seconds of ``num_blocks`` copy-on-write block copies inside device memory. 0 here (as above)."""
+        return 0.0
+
     def recompute_time(self, num_tokens: int) -> float:
         """Seconds to recompute the KV of one ``num_tokens``-token sequence (a prefill, §4.5)."""
         return self.prefill_time([num_tokens])
 
     def __call__(self, outputs: SchedulerOutputs) -> float:
-        """Seconds for the iteration the scheduler chose, swaps included (before the step). O(sequences)."""
+        """Seconds for the iteration the scheduler chose, swaps and copy-on-write copies included
+        (before the step). O(sequences)."""
         running = SequenceStatus.RUNNING
         t = 0.0
         if outputs.blocks_to_swap_in:
             t += self.swap_time(len(outputs.blocks_to_swap_in))
         if outputs.blocks_to_swap_out:
             t += self.swap_time(len(outputs.blocks_to_swap_out))
+        if outputs.blocks_to_copy:
+            t += self.block_copy_time(len(outputs.blocks_to_copy))
         if outputs.is_prefill:  # the tokens computed: a prompt shared by samples once, cached tokens not
             return t + self.prefill_time(outputs.prefill_token_counts())
         num_seqs = context = 0

@@ -6,7 +6,8 @@ is derived from the model's published Hugging Face configuration (:data:`PUBLISH
 by :func:`spec_from_config`, the same function that reads a transformers config object; a test
 builds the transformers config classes from the same values and checks they give the same specs.
 So no weights, no hub downloads and no transformers import are involved (``python -m paged
-simulate`` starts in well under a second).
+simulate`` starts in well under a second). Today's models come from their own ``config.json``
+through transformers' config classes (:mod:`paged.sim.model_config`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class ModelSpec:
         num_params: parameters (count).
         dtype_bytes: bytes per weight / KV element (2 for fp16).
         max_seq_len: maximum sequence length (tokens).
+        tied_embeddings: the output projection (LM head) is the input embedding matrix (OPT); False
+            when it is a second ``vocab_size × hidden_size`` matrix counted in ``num_params``
+            (Llama 3, Mistral, Qwen2.5).
     """
 
     name: str
@@ -44,6 +48,7 @@ class ModelSpec:
     num_params: int
     dtype_bytes: int = 2
     max_seq_len: int = 2048
+    tied_embeddings: bool = True
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -54,6 +59,40 @@ class ModelSpec:
     def weight_bytes(self) -> int:
         """Bytes of the weights (bytes)."""
         return self.num_params * self.dtype_bytes
+
+    @property
+    def embedding_params(self) -> int:
+        """Parameters of one ``vocab_size × hidden_size`` embedding matrix (count)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def matmul_params(self) -> int:
+        """Parameters every token is multiplied through (count): all but the input embedding (a
+        lookup) and the LM head (applied only to the tokens that sample, see the cost model)."""
+        return self.num_params - self.embedding_params * (1 if self.tied_embeddings else 2)
+
+    @property
+    def streamed_weight_bytes(self) -> int:
+        """Bytes of weights one forward pass reads (bytes): all of them but an untied input
+        embedding, of which only the batch's rows are read."""
+        return (self.num_params - (0 if self.tied_embeddings else self.embedding_params)) * self.dtype_bytes
+
+    @property
+    def attention_flops_width(self) -> int:
+        """Query heads × head size (elements): attention's FLOPs per token pair per layer are twice
+        this for the scores and twice for the values, whatever the KV heads (GQA / MQA share K and V
+        between query heads but compute every query head's products)."""
+        return self.num_heads * self.head_size
+
+    @property
+    def decode_attention_flops_per_byte(self) -> float:
+        """Arithmetic intensity of decode attention (FLOP/byte): per cached token and layer, every
+        query head computes a score and a weighted value (4 × heads × head size FLOPs) over K and V
+        read once (2 × KV heads × head size elements). It is the query heads per KV head divided by
+        the bytes per element: 1 for fp16 MHA, 4–8 for GQA, far below any GPU's ridge point
+        (:attr:`paged.sim.gpu_spec.GPUSpec.ridge_flops_per_byte`), so the cost model reads decode
+        attention as memory bound."""
+        return 4 * self.num_heads / (2 * self.num_kv_heads * self.dtype_bytes)
 
 
 def spec_from_config(name: str, config, max_seq_len: int = 2048) -> ModelSpec:

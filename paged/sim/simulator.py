@@ -121,7 +121,7 @@ def groups_from_trace(trace: Seq, *, n: int = 1, beam_width: int = 1,
         else:
             seqs = [Sequence(i * width + k, prompt_len, 0, token_ids) for k in range(width)]
         append(SimSequenceGroup(getattr(req, "request_id", i), float(req.arrival_time), seqs, int(req.output_len),
-                                None, None, None, None, 0, max_num_seqs, prefix_len if reserved else 0, 0,
+                                None, None, None, None, 0, max_num_seqs, prefix_len if reserved else 0, 0, False,
                                 beam_trace(beam_width, i) if beam else None))
     groups.sort(key=attrgetter("arrival_time"))
     return groups
@@ -189,4 +189,7 @@ def simulate(
                                      first_fork_id=sum(len(g.seqs) for g in groups))
         loop = ServingLoop(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing,
                            on_finish=on_finish)
-        return loop.run()
+        result = loop.run()
+    result.kv_copy_tokens, result.kv_copy_seconds = executor.copied_tokens, executor.copy_seconds
+    result.cow_blocks, result.cow_seconds = executor.cow_blocks, executor.cow_seconds
+    return result

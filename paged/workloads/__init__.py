@@ -14,6 +14,7 @@ The bottom layer of the package, with :mod:`paged.core`; it imports nothing else
 * :mod:`~paged.workloads.loader`: loading + tokenizing a dataset file through Hugging Face ``datasets``;
 * :mod:`~paged.workloads.cache`: the fingerprinted trace cache behind it;
 * :mod:`~paged.workloads.synthetic`: Alpaca-like synthetic lengths (the paper's means only);
+* :mod:`~paged.workloads.reweight`: a real trace resampled by length to given means (a sensitivity input);
 * :mod:`~paged.workloads.named`: :func:`get_trace` by name or path, the committed traces;
 * :mod:`~paged.workloads.build`: rebuilds the committed traces (``python -m paged traces``).
 """

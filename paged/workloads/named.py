@@ -15,6 +15,7 @@ from pathlib import Path
 
 from paged.workloads.loader import load_json_trace
 from paged.workloads.package_data import counted_file_name, data_path
+from paged.workloads.reweight import SHAREGPT_PAPER_MEANS, tilted_sample
 from paged.workloads.synthetic import alpaca_like
 from paged.workloads.tokenizers import canonical_tokenizer
 from paged.workloads.trace import Trace
@@ -33,12 +34,22 @@ def _cached_trace(path: str, mtime_ns: int) -> Trace:
 NAMED_TRACES: dict[str, str | None] = {
     "sharegpt": "sharegpt_lengths",  # first-turn pairs (§6.1)
     "sharegpt-chat": "sharegpt_chat_lengths",  # chatbot rounds (§6.5)
+    "sharegpt-8k": "sharegpt_sessions_8k_lengths",  # whole conversations, history up to 8K tokens
+    "sharegpt-32k": "sharegpt_sessions_32k_lengths",  # the same, up to 32K tokens
     "alpaca": "alpaca_lengths",  # real Alpaca sample, Stanford Alpaca's prompt template (§6.1)
     "alpaca-bare": "alpaca_bare_lengths",  # the same records, instruction (+ input) without the template
     "wmt16-1shot": "wmt16_1shot_lengths",  # WMT16 en->de, 1-shot shared prefix (§6.4)
     "wmt16-5shot": "wmt16_5shot_lengths",  # WMT16 en->de, 5-shot shared prefix (§6.4)
     "alpaca-synthetic": None,  # lognormal lengths with the paper's Alpaca means: alpaca_like
+    "sharegpt-fig11": None,  # sensitivity: the sharegpt pairs resampled by length to Fig. 11's means
 }
+
+
+@lru_cache(maxsize=2)
+def _fig11_sharegpt(tokenizer: str) -> Trace:
+    """The ``"sharegpt"`` pairs length-tilted to the paper's Fig. 11 means (seed 0), built once."""
+    path = data_path(trace_file("sharegpt", tokenizer))
+    return tilted_sample(_cached_trace(str(path), path.stat().st_mtime_ns), *SHAREGPT_PAPER_MEANS, seed=0)
 
 
 def trace_file(name: str, tokenizer: str = "cl100k") -> str:
@@ -66,7 +77,10 @@ def get_trace(trace: str | Path, num_requests: int | None = None, *, seed: int =
     Args:
         trace: a name of :data:`NAMED_TRACES` (``"sharegpt"``, ``"sharegpt-chat"``, ``"alpaca"``,
             ``"alpaca-bare"``, ``"wmt16-1shot"``, ``"wmt16-5shot"``: committed real traces;
-            ``"alpaca-synthetic"``: lognormal lengths with the paper's means), a path to a
+            ``"alpaca-synthetic"``: lognormal lengths with the paper's means; ``"sharegpt-fig11"``:
+            the ``"sharegpt"`` pairs resampled with replacement, length-weighted to the paper's Fig. 11
+            means, :func:`~paged.workloads.reweight.tilted_sample`, seed 0, as many as ``"sharegpt"``
+            has: a sensitivity input, not the paper's trace), a path to a
             length CSV, or a path to a ShareGPT or Alpaca JSON file (tokenized, then cached:
             :mod:`paged.workloads.loader`).
         num_requests: requests to sample (without replacement, by ``seed``, original order kept);
@@ -92,6 +106,8 @@ def get_trace(trace: str | Path, num_requests: int | None = None, *, seed: int =
     key = str(trace).lower()
     if key == "alpaca-synthetic":
         base = alpaca_like(num_requests or 1000, seed)
+    elif key == "sharegpt-fig11":
+        base = _fig11_sharegpt(canonical_tokenizer(tokenizer))
     elif key in NAMED_TRACES:
         path = data_path(trace_file(key, tokenizer))
         base = _cached_trace(str(path), path.stat().st_mtime_ns)

@@ -19,7 +19,10 @@ def run(mgr, g):
 
 def test_admission_ok_later_never():
     mgr = PagedKVCacheManager(10, 4, watermark=0.0)
-    assert mgr.can_allocate(group(40, 1)) is AllocStatus.NEVER  # 40 + 1 tokens > 40 slots
+    assert mgr.can_allocate(group(40, 2)) is AllocStatus.NEVER  # 40 + 2 - 1 slots > 40
+    # The last generated token is never written to the cache: 40 + 1 tokens hold 40 slots, and fit.
+    assert mgr.can_allocate(group(40, 1)) is AllocStatus.OK
+    assert mgr.can_allocate(group(37, 4)) is AllocStatus.OK
     assert mgr.can_allocate(group(20, 10)) is AllocStatus.OK
     run(mgr, group(20, 10, seq_id=1))
     assert mgr.can_allocate(group(24, 1, seq_id=2)) is AllocStatus.LATER
@@ -114,7 +117,7 @@ def test_ceil_sum():
             assert ceil_sum(x, bs) == sum(-(-m // bs) for m in range(1, x + 1))
 
 
-# -- sharing under memory pressure (issue 10, part 1) --------------------------------------------
+# -- sharing under memory pressure -----------------------------------------------------------------
 
 def shared_group(mgr, prompt, n, output=20, rid=0):
     """A new group of ``n`` samples of one prompt, admitted (running)."""
@@ -235,7 +238,7 @@ def test_swap_in_counts_the_copies_its_next_tokens_need():
     assert mgr.can_swap_in(g) is AllocStatus.LATER  # 3 free < 4
 
 
-# -- prefix sharing: automatic prefix caching and reserved prefixes (issue 10, part 2) -------------
+# -- prefix sharing: automatic prefix caching and reserved prefixes ----------------------------------
 
 def prompt_group(rid, tokens, output=4, n=1, prefix_len=0):
     seqs = [Sequence(100 * rid + k, len(tokens), token_ids=list(tokens)) for k in range(n)]

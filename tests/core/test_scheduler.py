@@ -103,7 +103,7 @@ def test_no_request_lost_or_duplicated_under_preemption(mode):
     assert manager.get_num_free_gpu_blocks() == 24
 
 
-# -- sequence groups under memory pressure (issue 10, part 1) --------------------------------------
+# -- sequence groups under memory pressure -----------------------------------------------------------
 
 from paged.core.serving_loop import ServingLoop  # noqa: E402
 from paged.sim.executor import SimulatedExecutor  # noqa: E402
@@ -206,3 +206,51 @@ def test_swapped_group_comes_back_past_the_watermark():
     assert result.num_preemptions == 1
     assert [g.seqs[0].num_generated for g in result.groups] == [20, 11]
     assert manager.get_num_free_gpu_blocks() == 10
+
+
+# -- ids given twice, abort ------------------------------------------------------------------
+def test_duplicate_request_or_sequence_id_is_refused_at_add():
+    manager = PagedKVCacheManager(16, 4, watermark=0.0)
+    sched = Scheduler(manager)
+    sched.add_seq_group(group(1, 8, 4))
+    with pytest.raises(ValueError, match="request id 1 is already"):
+        sched.add_seq_group(group(1, 8, 4))
+    clash = SequenceGroup(2, 2.0, [Sequence(10, 8)], 4)  # sequence 10 belongs to request 1
+    with pytest.raises(ValueError, match="sequence id 10 is already in use"):
+        sched.add_seq_group(clash)
+    with pytest.raises(ValueError, match="sequence id 7"):
+        sched.add_seq_group(SequenceGroup(3, 3.0, [Sequence(7, 8), Sequence(7, 8)], 4))
+    assert [g.request_id for g in sched.waiting] == [1]  # the refusals queued nothing
+    while sched.has_unfinished_seqs():
+        step(sched, sched.schedule())
+    sched.add_seq_group(group(1, 8, 4))  # a finished request's ids may be used again
+    manager.check_invariants()
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_abort_frees_waiting_running_and_swapped_groups(mode):
+    manager = PagedKVCacheManager(6, 4, num_cpu_blocks=16, watermark=0.0)
+    sched = Scheduler(manager, preemption_mode=mode)
+    for i in range(4):
+        sched.add_seq_group(group(i, 8, 8))  # 2 blocks each, growing to 4
+    out = sched.schedule()
+    step(sched, out)
+    for _ in range(6):  # decode until someone is preempted
+        out = sched.schedule()
+        step(sched, out)
+        if out.preempted:
+            break
+    assert out.preempted
+    states = {"waiting": sched.waiting, "running": sched.running, "swapped": sched.swapped}
+    for name, queue in states.items():
+        if queue:
+            victim = queue[-1]
+            assert sched.abort_seq_group(victim.request_id) is victim, name
+            assert victim.aborted and all(s.finish_reason == "abort" for s in victim.seqs)
+            assert victim not in queue
+            manager.check_invariants()
+    assert sched.abort_seq_group(99) is None  # unknown: a no-op, as in vLLM
+    while sched.has_unfinished_seqs():
+        step(sched, sched.schedule())
+    assert manager.get_num_free_gpu_blocks() == 6 and manager.cpu_allocator.num_free_blocks == 16
+    manager.check_invariants()

@@ -1,4 +1,4 @@
-"""The engine on a tiny random Llama (GQA) against Hugging Face ``generate`` (paper §4.5; issue 5 §3).
+"""The engine on a tiny random Llama (GQA) against Hugging Face ``generate`` (paper §4.5).
 
 Greedy tokens must equal HF's dense-cache greedy search token for token: several block sizes,
 preemption forced by a tiny cache (swap and recompute), and the contiguous Orca (Max) manager.
@@ -154,7 +154,7 @@ def test_bad_input(model):
     assert llm.kv_manager.get_num_free_gpu_blocks() == 4  # nothing was queued or allocated
 
 
-# -- sharing under memory pressure, prefix caching (issue 10) -----------------------------------------
+# -- sharing under memory pressure, prefix caching ---------------------------------------------------
 
 SHARED = [7, 9, 11, 13] * 10  # a 40-token prefix shared by some prompts (2 full blocks of 16, and more)
 

@@ -1,5 +1,5 @@
 """Every launch the Triton launcher makes compiles for sm_80 (A100) and sm_90 (H100/H200) without
-spills, on CPU, ahead of time (issue 13; :mod:`paged.kernels.compile_check`).
+spills, on CPU, ahead of time (:mod:`paged.kernels.compile_check`).
 
 The grid: fp16 and bf16 × head sizes 32/64/80/96/128/256 × block sizes 8/16/32 × query groups
 1/4/5/8 × split-K on/off, and fp32 (not in the issue's grid) at block size 16 only, each with the

@@ -1,4 +1,4 @@
-"""The launch-parameter table (paper §4.1; issue 13): its rule, its autotuning neighbours, tuned entries."""
+"""The launch-parameter table (paper §4.1): its rule, its autotuning neighbours, tuned entries."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The tour in a real browser: JupyterLab on 127.0.0.1 with the project's kernel, driven in headless
-Chromium (Debian's ``chromium`` and ``chromium-driver``; ``.ci/run`` installs them), every cell run,
-a slider moved, the figure redrawn. Screenshots are kept in ``build/browser/``.
+"""The tour in a real browser: JupyterLab on 127.0.0.1 with the project's kernel and Lab settings
+(``.jupyter/lab/settings``, as ``make lab`` uses them), driven in headless Chromium (Debian's
+``chromium`` and ``chromium-driver``; ``.ci/run`` installs them). Every cell runs; every control has
+a usable size; every slider is dragged with the mouse and its figure is redrawn at the value its
+readout shows; no news pop-up covers the page. Screenshots are kept in ``build/browser/``.
 
 Skipped, saying why, where no Chromium, chromedriver or selenium can be found.
 """
@@ -71,8 +73,8 @@ def lab(tmp_path):
            "JUPYTER_CONFIG_DIR": str(tmp_path / "config")}
     args = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path / 'notebooks'}",
-            "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+            "--LabApp.expose_app_in_browser=True", f"--LabApp.app_settings_dir={ROOT / '.jupyter' / 'lab' / 'settings'}",
+            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--allow-root")
     log = open(tmp_path / "lab.log", "w")
@@ -144,10 +146,66 @@ def _wait(driver, what, predicate, timeout: float):
     pytest.fail(f"timed out waiting for {what} (screenshot: build/browser/failure.png)")
 
 
-def test_tour_runs_and_a_slider_redraws_its_figure(lab):
+# Per cell with controls: its sliders (description, track width, readout), dropdowns (description,
+# width, value), and the latest figure output of the cell's model (its PNG and explorer metadata).
+_CONTROLS = """
+const panel = """ + _PANEL + """;
+return panel.content.widgets.map((cell, index) => {
+  const node = cell.node;
+  const sliders = Array.from(node.querySelectorAll('.widget-slider')).map(el => {
+    const label = el.querySelector('.widget-label'), track = el.querySelector('.noUi-target');
+    return {description: label.textContent, label_clipped: label.scrollWidth > label.clientWidth + 1,
+            track: track ? track.getBoundingClientRect().width : 0,
+            readout: el.querySelector('.widget-readout').textContent.trim()};
+  });
+  const dropdowns = Array.from(node.querySelectorAll('.widget-dropdown')).map(el => {
+    const label = el.querySelector('.widget-label'), select = el.querySelector('select');
+    return {description: label.textContent, label_clipped: label.scrollWidth > label.clientWidth + 1,
+            width: select.getBoundingClientRect().width, value: select.options[select.selectedIndex].text};
+  });
+  if (!sliders.length && !dropdowns.length) return null;
+  const outputs = cell.model.outputs ? cell.model.outputs.toJSON() : [];
+  const figure = outputs.filter(o => o.data && o.data['image/png']).pop();
+  const img = node.querySelector('.jp-OutputArea-output img');
+  return {index, sliders, dropdowns, png: figure ? figure.data['image/png'] : null,
+          meta: figure && figure.metadata ? figure.metadata.paged_explorer || null : null,
+          shown: img ? img.src : null};
+}).filter(c => c);
+"""
+#: What a redrawn figure must say for the controls' readouts (cell order of the tour: reservation,
+#: pages, block tables, sharing, batch, scheduler); ``v`` maps a control's description to its readout.
+_SAYS = {
+    "tour_reservation": lambda v: f"{int(v['prompt tokens']) + int(v['answer tokens actually generated'])} tokens in a",
+    "tour_pages": lambda v: f"{v['tokens generated']} tokens in {-(-int(v['tokens generated']) // int(v['block size (tokens)']))} "
+                            f"blocks of {v['block size (tokens)']}",
+    "tour_block_table": lambda v: f"logical {-(-7 // int(v['block size (words)'])) - 1}" if v["request"] == "0" else "logical 0",
+    "tour_sharing": lambda v: "blocks used instead of",
+    "tour_batch": lambda v: f"{v['requests at once']} requests:",
+    "tour_scheduler": lambda v: f"{v['system']}, step {v['step']} (",
+}
+#: Where on its track each slider is dragged to (a fraction of the track): inside every slider's
+#: possible settings, and the scheduler's step slider to its end, the replay's last step.
+_DRAG_TO = {"step": 1.0, "answer tokens actually generated": 0.45, "requests at once": 0.2}
+
+
+def _drag(driver, cell: int, slider: int, fraction: float) -> None:
+    """Press the mouse on a slider's handle, move it to ``fraction`` of the track, release."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    handle, track = driver.execute_script(
+        "const panel = " + _PANEL + "; const el = panel.content.widgets[arguments[0]].node"
+        ".querySelectorAll('.widget-slider')[arguments[1]]; el.scrollIntoView({block: 'center'});"
+        "return [el.querySelector('.noUi-handle'), el.querySelector('.noUi-target')];", cell, slider)
+    box = driver.execute_script("const r = arguments[0].getBoundingClientRect(), t = arguments[1].getBoundingClientRect();"
+                                "return [r.left + r.width / 2, t.left, t.width];", handle, track)
+    target = box[1] + fraction * box[2] + (3 if fraction >= 1 else 0)
+    ActionChains(driver).move_to_element(handle).click_and_hold().move_by_offset(round(target - box[0]), 0) \
+        .release().perform()
+
+
+def test_tour_runs_its_controls_are_usable_and_a_dragged_slider_redraws_its_figure(lab):
     from selenium.webdriver.common.by import By
     from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.common.keys import Keys
 
     url, token, tmp = lab
     driver = _browser(tmp / "chromium-profile")
@@ -159,21 +217,49 @@ def test_tour_runs_and_a_slider_redraws_its_figure(lab):
                       and s["kernel"] == "idle" and s["images"] >= 6 else None)(driver.execute_script(_STATE)), 240)
         assert state["errors"] == [], state["errors"]
         assert state["images"] == 6 and state["sliders"] >= 10  # six figures; every explorer's sliders rendered
-        # Read the page in one script each time: a redraw replaces the <img> element, so a handle found
-        # earlier goes stale (StaleElementReferenceException) between finding it and reading it.
-        before = driver.execute_script(_FIRST_IMAGE_SRC)  # the reservation view
-        value = driver.execute_script(_READOUT, 1)  # "answer tokens actually generated"
-        handle = driver.find_elements(By.CSS_SELECTOR, ".widget-slider .noUi-handle")[1]
-        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", handle)
-        handle.click()
-        for _ in range(3):
-            handle.send_keys(Keys.ARROW_RIGHT)
-        _wait(driver, "the figure to be redrawn", lambda: driver.execute_script(_FIRST_IMAGE_SRC) not in (before, None), 90)
-        assert driver.execute_script(_READOUT, 1) != value
-        _wait(driver, "the redraws to finish", lambda: driver.execute_script(_STATE)["kernel"] == "idle", 90)
-        time.sleep(0.5)  # the last display update reaches the page after the kernel goes idle
+        time.sleep(0.5)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(ARTIFACTS / "tour.png"))
+        assert "Jupyter news" not in driver.find_element(By.TAG_NAME, "body").text  # no news pop-up
+
+        cells = driver.execute_script(_CONTROLS)
+        assert len(cells) == 6
+        for cell in cells:  # every control has a usable size and shows its whole description
+            for slider in cell["sliders"]:
+                assert slider["track"] >= 150, f"slider {slider['description']!r}: track {slider['track']:.0f} px wide"
+                assert not slider["label_clipped"], f"slider {slider['description']!r}: description cut"
+            for dropdown in cell["dropdowns"]:
+                assert dropdown["width"] >= 80, f"dropdown {dropdown['description']!r}: {dropdown['width']:.0f} px wide"
+                assert not dropdown["label_clipped"], f"dropdown {dropdown['description']!r}: description cut"
+
+        for cell in cells:
+            for i, slider in enumerate(cell["sliders"]):
+                before = next(c for c in driver.execute_script(_CONTROLS) if c["index"] == cell["index"])
+                _drag(driver, cell["index"], i, _DRAG_TO.get(slider["description"], 0.5))
+                def moved():
+                    now = next(c for c in driver.execute_script(_CONTROLS) if c["index"] == cell["index"])
+                    done = (now["sliders"][i]["readout"] != before["sliders"][i]["readout"] and now["meta"]
+                            and now["png"] != before["png"] and driver.execute_script(_STATE)["kernel"] == "idle")
+                    return now if done else None
+                now = _wait(driver, f"slider {slider['description']!r} to move and its figure to be redrawn", moved, 90)
+                time.sleep(0.5)  # the last display update reaches the page after the kernel goes idle
+                now = next(c for c in driver.execute_script(_CONTROLS) if c["index"] == cell["index"])
+                readouts = {s["description"]: s["readout"] for s in now["sliders"]}
+                readouts.update({d["description"]: d["value"] for d in now["dropdowns"]})
+                meta = now["meta"]
+                # The figure on the page is the one the kernel drew last, at the values the readouts show.
+                assert now["shown"].endswith(now["png"].strip()), "the page shows another figure than the kernel's last"
+                assert not meta["message"], f"{slider['description']!r} dragged to an impossible setting: {meta['text']}"
+                drawn = {str(v) for v in meta["values"].values()}
+                assert set(readouts.values()) <= drawn | set(readouts.values()) and \
+                    sorted(map(str, meta["values"].values())) == sorted(readouts.values()), (readouts, meta["values"])
+                expected = _SAYS[meta["name"]](readouts)
+                assert any(expected in text for text in meta["text"]), (expected, meta["text"])
+        shot = next(c for c in driver.execute_script(_CONTROLS) if c["sliders"][0]["description"] == "step")
+        driver.execute_script("const panel = " + _PANEL + "; panel.content.widgets[arguments[0]].node.scrollIntoView();",
+                              shot["index"])
+        time.sleep(0.3)
+        driver.save_screenshot(str(ARTIFACTS / "tour_after_drags.png"))
         for _ in range(3):  # a late redraw may still replace the element between finding and shooting it
             try:
                 driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output img")[0].screenshot(

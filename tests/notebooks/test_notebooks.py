@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 KERNEL = project_kernel()  # "paged" (make venv installs it), else python3
 #: Notebooks whose parameters carry type annotations (``name: type = value  # help``).
-TYPED = {"00_tour", "01_fragmentation", "02_sharing", "03_throughput", "04_kernel", "05_engine"}
+TYPED = {"00_tour", "01_fragmentation", "02_sharing", "03_throughput", "04_kernel", "05_engine", "06_today"}
 
 #: Tiny parameters per notebook: seconds, not minutes.
 TINY = {
@@ -38,6 +38,9 @@ TINY = {
     "05_engine": {"num_requests": 6, "kv_cache_tokens": 2048, "rounds": 1, "validation_requests": 6,
                   "validation_fractions": [0.5], "sharing_num_requests": 2, "sharing_max_tokens": 4, "widths": [2],
                   "profile_batch_sizes": [1, 2]},
+    "06_today": {"models": ["opt-13b", "llama-3.1-8b", "gemma-2b"], "pairs": ["opt-13b", "gemma-2b@1xl4:2048"],
+                 "long_pairs": {"gemma-2b@1xl4:8192": "sharegpt-8k"}, "breakdown_requests": 100, "min_duration": 5.0,
+                 "saturated_requests": 60, "rel_tol": 0.2, "workers": 1},
 }
 
 

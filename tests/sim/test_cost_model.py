@@ -88,3 +88,21 @@ def test_host_cost_table_lists_the_sourced_constants():
     from paged.sim.cost_model import HOST_COSTS, SCHEDULER_PER_SEQ_S
 
     assert HOST_COSTS["scheduler"] == (SCHEDULER_PER_SEQ_S, "sequence")
+
+
+def test_efficiency_factors_have_sourced_ends_and_move_time_the_right_way():
+    from paged.sim.cost_model import EFFICIENCY_RANGES
+
+    for name, (low, central, high) in EFFICIENCY_RANGES.items():
+        assert 0 < low < central < high <= 1, name
+    base = get_cost_model("opt-13b")
+    assert base == get_cost_model("opt-13b", memory_efficiency=0.8, compute_efficiency=0.6)  # defaults unchanged
+    slow = get_cost_model("opt-13b", memory_efficiency=EFFICIENCY_RANGES["memory_efficiency"][0])
+    fast = get_cost_model("opt-13b", memory_efficiency=EFFICIENCY_RANGES["memory_efficiency"][2])
+    assert slow.decode_time(8, 4000) > base.decode_time(8, 4000) > fast.decode_time(8, 4000)
+    lo_c = get_cost_model("opt-175b", compute_efficiency=EFFICIENCY_RANGES["compute_efficiency"][0])
+    hi_c = get_cost_model("opt-175b", compute_efficiency=EFFICIENCY_RANGES["compute_efficiency"][2])
+    assert lo_c.prefill_time([2000]) > hi_c.prefill_time([2000])
+    for bad in (0, 1.5, True, "0.8"):
+        with pytest.raises(ValueError, match="memory_efficiency must be a fraction"):
+            get_cost_model("opt-13b", memory_efficiency=bad)

@@ -55,7 +55,7 @@ def test_static_batching_sums_decode_steps_like_the_step_by_step_loop():
     assert all(g.finished_time == result.duration for g in result.groups)
 
 
-# -- sequence groups and shared prefixes at paper scale (issue 10, part 3) ---------------------------
+# -- sequence groups and shared prefixes at paper scale ------------------------------------------------
 
 from dataclasses import dataclass  # noqa: E402
 
@@ -198,3 +198,24 @@ def test_shared_prefix_is_shared_reserved_or_found_by_the_cache():
     oracle = simulate(reqs, ContiguousKVCacheManager(cost.num_kv_slots, "oracle", max_seq_len=2048), cost,
                       record_memory=False, record_sharing=True)
     assert oracle.sharing.saving == 0 and all(g.num_cached_tokens == 0 for g in oracle.groups)
+
+
+def test_beam_copies_are_charged_contiguous_whole_kv_paged_cow_blocks():
+    """§4.4: a contiguous fork copies the parent's whole KV, paged copies one block per copy-on-write;
+    both are priced at the cost model's HBM bandwidth and counted in the result."""
+    cost = get_cost_model("opt-13b")
+    bytes_per_token = cost.model.kv_bytes_per_token
+    assert cost.kv_copy_time(1000) == pytest.approx(2 * 1000 * bytes_per_token / (1555e9 * 0.8))
+    assert cost.block_copy_time(3) == cost.kv_copy_time(48) and cost.kv_copy_time(0) == 0.0
+    trace = [Req(i, 40, 30, 0.0) for i in range(4)]
+    orca = run_system(trace, "orca-oracle", "opt-13b", beam_width=4)
+    paged = run_system(trace, "paged", "opt-13b", beam_width=4)
+    assert orca.kv_copy_tokens > 40 * 4 and orca.cow_blocks == 0  # every fork copies ≥ the prompt's KV
+    assert orca.kv_copy_seconds == pytest.approx(cost.kv_copy_time(orca.kv_copy_tokens))
+    assert paged.kv_copy_tokens == 0 and paged.cow_blocks > 0
+    assert paged.cow_seconds == pytest.approx(cost.block_copy_time(paged.cow_blocks))
+    assert paged.cow_blocks * 16 < orca.kv_copy_tokens  # paged copies far less than the contiguous system
+    # the copies are time: with a constant iteration time the clock is iterations plus the copies
+    manager = ContiguousKVCacheManager(1 << 14, "oracle")
+    run = simulate(trace, manager, lambda out: 0.01, beam_width=4, record_memory=False, fast_forward=False)
+    assert run.kv_copy_tokens == orca.kv_copy_tokens and run.kv_copy_seconds == 0.0  # the lambda prices no copy

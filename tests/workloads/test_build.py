@@ -31,7 +31,8 @@ def shared_folder(tmp_path):
 def test_build_writes_every_trace_per_tokenizer_and_rebuilds_byte_for_byte(tmp_path):
     shared = shared_folder(tmp_path)
     files = build_derived_traces(tmp_path / "out", str(tmp_path / "sharegpt.json"), shared, ("cl100k", "gpt2"))
-    stems = ("sharegpt_lengths", "sharegpt_chat_lengths", "alpaca_lengths", "alpaca_bare_lengths",
+    stems = ("sharegpt_lengths", "sharegpt_chat_lengths", "sharegpt_sessions_8k_lengths", "sharegpt_sessions_32k_lengths",
+             "alpaca_lengths", "alpaca_bare_lengths",
              "wmt16_1shot_lengths", "wmt16_5shot_lengths")
     assert set(files) == {f"{s}{t}.csv" for s in stems for t in ("", "_gpt2")}
     written = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}

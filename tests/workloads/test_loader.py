@@ -95,3 +95,18 @@ def test_the_simulate_command_path_imports_no_heavy_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("[]", "the JSON list is empty"),
+    ('[{"conversations": [{"from": "human", "va', "cut off at char 1, before its first complete record"),
+    ('[{"conversations": [{"from": "gpt", "value": "x"}]}]', "none of its 1 complete records is a usable conversation"),
+])
+@pytest.mark.parametrize("load", [load_sharegpt, load_sharegpt_chat])
+def test_a_file_with_no_conversation_names_the_file_and_the_problem(tmp_path, text, problem, load):
+    from paged.workloads import ShareGPTFormatError
+    path = tmp_path / "empty.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ShareGPTFormatError, match=problem) as err:
+        load(path, cache=False)
+    assert str(path) in str(err.value) and "corresponds to no data" not in str(err.value)

@@ -180,3 +180,24 @@ def test_chat_workload_history_and_truncation(tmp_path):
     assert [(r.prompt_len, r.output_len) for r in short] == [(q1, a1 - 1), (q1 + 1, a1 - 1)]
     assert short.report.prompts_truncated == 1 and short.report.outputs_truncated == 2
     assert len(load_sharegpt_chat(write_json(tmp_path, records), min_rounds=1)) == 3
+
+
+def test_chat_workload_joins_v3_parts_by_id_with_history(tmp_path):
+    """V3 parts ``<id>_<start>`` are one conversation: the later part's round carries the earlier
+    parts' turns as history; a part opening with the assistant continues the previous reply."""
+    from paged.workloads.sharegpt import join_parts
+
+    part0 = conv(("human", LONG_Q), ("gpt", LONG_A), cid="c_0")
+    part3 = conv(("gpt", "more"), ("human", LONG_Q), ("gpt", LONG_A + " again"), cid="c_3")  # split inside a reply
+    part2 = conv(("human", "short one"), ("gpt", LONG_A), cid="c_2")  # out of file order: sorted by start
+    other = conv(("human", LONG_Q), ("gpt", LONG_A), cid="d_0")
+    convs, joined, parts, merged = join_parts([part0, part3, other, part2])
+    assert (joined, parts, merged) == (1, 3, 1)
+    assert [t["value"] for t in convs[0]] == [LONG_Q, LONG_A, "short one", LONG_A + "\nmore", LONG_Q, LONG_A + " again"]
+    q, a, s, am, a2 = count_tokens([LONG_Q, LONG_A, "short one", LONG_A + "\nmore", LONG_A + " again"]).tolist()
+    trace = load_sharegpt_chat(write_json(tmp_path, [part0, part3, other, part2]), cache=False)
+    assert [(r.prompt_len, r.output_len) for r in trace] == [(q, a), (q + a + s, am), (q + a + s + am + q, a2)]
+    assert trace.report.conversations_joined == 1 and trace.report.parts_joined == 3
+    assert trace.report.conversations_dropped == {"too_few_rounds": 1}  # d_0 alone; no part dropped
+    cut = load_sharegpt_chat(write_json(tmp_path, [part0, part3, part2]), max_prompt_len=q + 1, cache=False)
+    assert cut.report.prompts_at_cut == 2

@@ -10,7 +10,10 @@ display update), so
   ordinary PNG output, readable without a running kernel.
 
 Every explorer returns its :class:`Explorer` (the controls, the latest PNG and data), which tests
-drive by setting a control's ``value``.
+drive by setting a control's ``value``. Each redrawn figure's display carries
+``{EXPLORER_METADATA_KEY: {"name", "values", "text", "message"}}``: the control values it was drawn
+at, the words written on it, and whether it is a message instead of the view, so a browser test
+can check that the figure on the page and the controls' readouts agree.
 """
 
 from __future__ import annotations
@@ -20,11 +23,16 @@ from functools import lru_cache
 
 import pandas as pd
 
+from paged.core.checks import as_int
 from paged.experiments.nb00_tour import tour
 from paged.experiments.nb00_tour import tour_figures as draw
 from paged.experiments.notebook.plotting import figure_metadata, figure_png, save_figure, show_figure, title_figure
 
-__all__ = ["Explorer", "explore", "reservation", "pages", "block_tables", "sharing", "batch", "scheduler"]
+__all__ = ["Explorer", "explore", "reservation", "pages", "block_tables", "sharing", "batch", "scheduler",
+           "EXPLORER_METADATA_KEY"]
+
+#: Key of a redrawn figure's display metadata (module docstring).
+EXPLORER_METADATA_KEY = "paged_explorer"
 
 
 @dataclass
@@ -66,37 +74,83 @@ def explore(render, controls: dict, *, name: str, output_dir, claim: str, number
     state.handle = show_figure(state.png, metadata=figure_metadata(name, paths, number, claim, section, explorer=True))
 
     def redraw(_change=None):
+        values = {key: control.value for key, control in controls.items()}
         try:
-            fig, state.data = render(**{key: control.value for key, control in controls.items()})
+            fig, state.data = render(**values)
             title_figure(fig, claim, number, section=section)
+            message = False
         except ValueError as err:
-            fig = draw.draw_message(str(err))
+            fig, message = draw.draw_message(str(err)), True
         state.png = figure_png(fig)
         state.redraws += 1
-        show_figure(state.png, handle=state.handle)
+        show_figure(state.png, handle=state.handle, metadata={EXPLORER_METADATA_KEY: {
+            "name": name, "values": values, "text": _figure_text(fig), "message": message}})
 
     for control in controls.values():
         control.observe(redraw, names="value")
     return state
 
 
+def _check(name: str, value, low: int, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high]``, else a ValueError naming the explorer's parameter (an
+    impossible value is refused, never clamped, and never reaches ipywidgets' TraitError)."""
+    try:
+        number = as_int(value, name)
+    except TypeError as err:
+        raise ValueError(str(err)) from None
+    if number < low or (high is not None and number > high):
+        bound = f"≥ {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
+    return number
+
+
+def _figure_text(fig) -> list[str]:
+    """The words written on ``fig``: its suptitle, its texts, and every axes' titles and texts."""
+    artists = [fig._suptitle, *fig.texts]
+    for ax in fig.axes:
+        artists += [ax.title, ax._left_title, ax._right_title, *ax.texts]
+    return [a.get_text() for a in artists if a is not None and a.get_text()]
+
+
+#: Width of a slider's track (the part the mouse drags) and of its readout, in CSS pixels.
+_TRACK_PX, _READOUT_PX = 180, 100
+
+
+def _label_px(description: str) -> int:
+    """Pixels for a control's description at JupyterLab's widget font (13 px, about 7 px a character)."""
+    return 7 * len(description) + 12
+
+
 def _slider(description: str, value: int, low: int, high: int):
+    """An integer slider whose track keeps :data:`_TRACK_PX` pixels whatever its description's
+    length (ipywidgets gives a slider 300 px in all, so a long description left no track)."""
     import ipywidgets as widgets
 
+    label = _label_px(description)
     return widgets.IntSlider(value=value, min=low, max=max(high, value), description=description,
-                             style={"description_width": "initial"}, continuous_update=False)
+                             style={"description_width": f"{label}px"}, continuous_update=False,
+                             layout=widgets.Layout(width=f"{label + _TRACK_PX + _READOUT_PX}px"))
 
 
 def _dropdown(description: str, value: str, options):
     import ipywidgets as widgets
 
+    label = _label_px(description)
     return widgets.Dropdown(value=value, options=list(options), description=description,
-                            style={"description_width": "initial"})
+                            style={"description_width": f"{label}px"},
+                            layout=widgets.Layout(width=f"{label + 8 * max(map(len, options)) + 40}px"))
 
 
 def reservation(*, prompt_len: int = 3, output_len: int = 4, max_seq_len: int = 16, policy: str = "max",
                 output_dir="figures") -> Explorer:
-    """Reserved vs used slots of one contiguous reservation (§3, Fig. 3)."""
+    """Reserved vs used slots of one contiguous reservation (§3, Fig. 3).
+
+    Raises:
+        ValueError: naming the parameter, for lengths below 1 or a request longer than ``max_seq_len``.
+    """
+    max_seq_len = _check("max_seq_len", max_seq_len, 2)
+    prompt_len = _check("prompt_len", prompt_len, 1, max_seq_len - 1)
+    output_len = _check("output_len", output_len, 1, max_seq_len - prompt_len)
     def render(prompt_len, output_len, policy):
         view = tour.reservation(prompt_len, output_len, policy, max_seq_len)
         return draw.draw_reservation(view), pd.DataFrame({"slot": range(len(view["slots"])), "use": view["slots"]})
@@ -109,7 +163,13 @@ def reservation(*, prompt_len: int = 3, output_len: int = 4, max_seq_len: int = 
 
 
 def pages(*, num_tokens: int = 11, block_size: int = 4, output_dir="figures") -> Explorer:
-    """Blocks added as a request's tokens grow (§4.2, Fig. 6)."""
+    """Blocks added as a request's tokens grow (§4.2, Fig. 6).
+
+    Raises:
+        ValueError: naming the parameter, for ``num_tokens`` below 1 or a block size outside 1–16.
+    """
+    num_tokens = _check("num_tokens", num_tokens, 1)
+    block_size = _check("block_size", block_size, 1, 16)
     def render(num_tokens, block_size):
         view = tour.pages(num_tokens, block_size)
         return draw.draw_pages(view), view
@@ -121,7 +181,13 @@ def pages(*, num_tokens: int = 11, block_size: int = 4, output_dir="figures") ->
 
 
 def block_tables(*, block_size: int = 2, seed: int = 0, output_dir="figures") -> Explorer:
-    """A request's block table mapping its logical blocks to scattered physical ones (§4.3, Fig. 7)."""
+    """A request's block table mapping its logical blocks to scattered physical ones (§4.3, Fig. 7).
+
+    Raises:
+        ValueError: naming the parameter, for a block size outside 1–4 words or a negative seed.
+    """
+    block_size = _check("block_size", block_size, 1, 4)
+    seed = _check("seed", seed, 0)
     def render(request, block_size):
         view = tour.block_tables(tour.SENTENCES, block_size, seed)
         return draw.draw_block_tables(view, request), view
@@ -133,7 +199,16 @@ def block_tables(*, block_size: int = 2, seed: int = 0, output_dir="figures") ->
 
 
 def sharing(*, prefix_len: int = 12, a_len: int = 3, b_len: int = 5, block_size: int = 4, output_dir="figures") -> Explorer:
-    """Two requests sharing their prefix blocks, with copy-on-write (§4.4, Fig. 8)."""
+    """Two requests sharing their prefix blocks, with copy-on-write (§4.4, Fig. 8).
+
+    Raises:
+        ValueError: naming the parameter, for a prefix below 1 token, own lengths outside
+            ``[0, 4 × block_size]`` or a block size below 1.
+    """
+    block_size = _check("block_size", block_size, 1)
+    prefix_len = _check("prefix_len", prefix_len, 1)
+    a_len = _check("a_len", a_len, 0, 4 * block_size)
+    b_len = _check("b_len", b_len, 0, 4 * block_size)
     def render(prefix_len, a_len, b_len):
         view = tour.sharing(prefix_len, a_len, b_len, block_size)
         rows = [{"request": name, "logical": i, "physical": b, "ref_count": view["ref_counts"][b]}
@@ -152,8 +227,14 @@ def batch(*, prompt_lens, output_lens, batch_size: int = 5, max_seq_len: int = 2
     """A batch's memory under contiguous reservations and under paging (§3; measured at scale in Fig. 2).
 
     Raises:
-        ValueError: if the length lists differ or ``batch_size`` is not in ``[1, len(prompt_lens)]``.
+        ValueError: if the length lists differ, a length is below 1, ``batch_size`` is not in
+            ``[1, len(prompt_lens)]``, or ``max_seq_len`` / ``block_size`` is below 1 (each named).
     """
+    max_seq_len = _check("max_seq_len", max_seq_len, 1)
+    block_size = _check("block_size", block_size, 1)
+    for name, lens in (("prompt_lens", prompt_lens), ("output_lens", output_lens)):
+        for value in lens:
+            _check(f"every value of {name}", value, 1)
     if len(prompt_lens) != len(output_lens) or not 1 <= batch_size <= len(prompt_lens):
         raise ValueError(f"batch view: {len(prompt_lens)} prompt and {len(output_lens)} output lengths for a "
                          f"batch of {batch_size}; give one of each per request, at least batch_size of them")
@@ -170,7 +251,15 @@ def batch(*, prompt_lens, output_lens, batch_size: int = 5, max_seq_len: int = 2
 
 def scheduler(trace, *, system: str = "paged", num_slots: int = 64, block_size: int = 4, max_seq_len: int = 64,
               preemption: str = "recompute", output_dir="figures") -> Explorer:
-    """A trace replayed step by step by the real scheduler (§4.5): who runs, waits, is preempted."""
+    """A trace replayed step by step by the real scheduler (§4.5): who runs, waits, is preempted.
+
+    Raises:
+        ValueError: naming the parameter, for a block size, ``max_seq_len`` or ``num_slots`` below 1,
+            or fewer slots than one block.
+    """
+    block_size = _check("block_size", block_size, 1)
+    max_seq_len = _check("max_seq_len", max_seq_len, 1)
+    num_slots = _check("num_slots", num_slots, block_size)
     @lru_cache(maxsize=16)
     def steps_of(system, preemption):
         return tour.replay(trace, system, num_slots=num_slots, block_size=block_size, max_seq_len=max_seq_len,
@@ -178,7 +267,8 @@ def scheduler(trace, *, system: str = "paged", num_slots: int = 64, block_size: 
 
     def render(step, system, preemption):
         steps = steps_of(system, preemption)
-        step = min(step, len(steps) - 1)
+        if not 0 <= step < len(steps):  # the step slider's range follows the replay: never clamped silently
+            raise ValueError(f"step {step} is outside the replay's {len(steps)} steps (0 to {len(steps) - 1})")
         fig = draw.draw_replay(steps, len(trace), step, system=system,
                                block_size=block_size if system == "paged" else None)
         rows = [{"step": s.step, "kind": s.kind, "running": len(s.running), "waiting": len(s.waiting),
@@ -189,8 +279,17 @@ def scheduler(trace, *, system: str = "paged", num_slots: int = 64, block_size: 
 
     default_steps = steps_of(system, preemption)
     first_preemption = next((s.step for s in default_steps if s.preempted), len(default_steps) // 2)
-    controls = {"step": _slider("step", first_preemption, 0, 2 * len(default_steps)),
+    controls = {"step": _slider("step", first_preemption, 0, len(default_steps) - 1),
                 "system": _dropdown("system", system, ("paged", "orca-oracle", "orca-pow2", "orca-max")),
                 "preemption": _dropdown("preemption (paged)", preemption, ("recompute", "swap"))}
+
+    def follow_replay(_change):
+        """Another system or preemption mode replays for another number of steps: the step slider
+        ends at the new replay's last step (ipywidgets moves a value past it to it, which redraws)."""
+        steps = steps_of(controls["system"].value, controls["preemption"].value)
+        controls["step"].max = len(steps) - 1
+
+    for key in ("system", "preemption"):  # observed before explore's redraw, so it draws the new range
+        controls[key].observe(follow_replay, names="value")
     return explore(render, controls, name="tour_scheduler", output_dir=output_dir, section="§4.5",
                    claim="The scheduler replays a trace: requests run, wait and are preempted as blocks fill")

@@ -42,7 +42,7 @@ FIG14_SYSTEMS = ("paged", "orca-oracle", "orca-pow2", "orca-max")
 #: "basic sampling" starting point of its 1.3× – 2.3× range.
 FIG14_SETTINGS = (("basic", 1), ("parallel", 2), ("parallel", 4), ("parallel", 6),
                   ("beam", 2), ("beam", 4), ("beam", 6))
-#: Fig. 16's traces (built by the WMT16 workload, issue 9), by prefix.
+#: Fig. 16's traces (built by the WMT16 workload, paged.workloads.wmt16), by prefix.
 FIG16_TRACES = {"1-shot": "wmt16-1shot", "5-shot": "wmt16-5shot"}
 #: Fig. 16's systems: (label, system, prefix caching).
 FIG16_SYSTEMS = (("paged (reserved prefix)", "paged", False), ("paged (prefix caching)", "paged", True),
@@ -186,7 +186,7 @@ def shared_prefix_rates(*, model: str = "llama-13b", num_requests: int = 1000, s
     available = available_fig16_traces()
     if not available:
         print("Fig. 16 skipped: the WMT16 traces (wmt16-1shot, wmt16-5shot) are not in this installation's "
-              f"named traces ({', '.join(NAMED_TRACES)}); they come with the WMT16 workload (issue 9).")
+              f"named traces ({', '.join(NAMED_TRACES)}); they come with the WMT16 workload (paged.workloads.wmt16).")
         return None
     rows = []
     for shot, trace in available.items():

@@ -19,13 +19,13 @@ import math
 
 import pandas as pd
 
-from paged.experiments.notebook.paper import FIG12_ALPACA_RATIOS, FIG12_SUSTAINED_RATIOS, FIG17_CHATBOT_RATIO
+from paged.experiments.notebook.paper import FIG12_ALPACA_RATIOS, FIG12_SUSTAINED_RATIOS, FIG13_BATCHED_REQUESTS, FIG17_CHATBOT_RATIO
 from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, THRESHOLDS, sustained_rate, sweep
 from paged.sim.cost_model import get_cost_model
 from paged.systems import get_system
 
 __all__ = ["workload", "capacity", "ratio_table", "sensitivity", "peak_sensitivity", "batched_requests",
-           "BATCH_COUNTS"]
+           "littles_law", "BATCH_COUNTS"]
 
 #: Fig. 13's average batch, three ways (the paper does not say which it counts): per iteration with
 #: the prefill iterations, per decode iteration, and per second of busy time.
@@ -104,7 +104,15 @@ def _paper_ratio(trace: str, model: str, system: str) -> str:
 
 def ratio_table(sustained: pd.DataFrame) -> pd.DataFrame:
     """Paged's sustained rate ÷ each baseline's, one row per (model, trace, baseline), one column per
-    threshold (``÷ at 0.2 s/token``), with both rates and the paper's statement beside them.
+    threshold (``÷ at 0.2 s/token``), with both rates and the paper's statement beside them, and the
+    threshold-free ratio ``peak ÷``: paged's saturated throughput ÷ the baseline's.
+
+    Why the peak (§6.2): the paper reads each curve where its latency "suddenly explodes", i.e. where
+    "the request rate surpasses the capacity of the serving system" and the queue grows without
+    bound; that rate is the system's saturated throughput, whatever latency a system has before it.
+    A fixed latency threshold instead rewards a system whose latency stays flat up to its capacity
+    (paged's run within a few % of it) over one whose latency rises gradually long before
+    (FasterTransformer's static batches), so ``÷ at t`` moves with ``t`` where ``peak ÷`` does not.
 
     A baseline that sustains nothing at a threshold gives ``inf``.
 
@@ -123,6 +131,9 @@ def ratio_table(sustained: pd.DataFrame) -> pd.DataFrame:
                 row[f"÷ at {thr:g} s/token"] = rate.loc["paged", thr] / base if base > 0 else math.inf
             thr = LATENCY_THRESHOLD if LATENCY_THRESHOLD in rate.columns else rate.columns[0]
             row[f"rates at {thr:g} (req/s)"] = f"{rate.loc['paged', thr]:.3g} vs {rate.loc[system, thr]:.3g}"
+            if "throughput_rps" in part:  # the saturated run of each system (sustained_rate's rows)
+                peak = part.groupby("system")["throughput_rps"].first()
+                row["peak ÷"] = float(peak["paged"] / peak[system])
             row["paper"] = _paper_ratio(trace, model, system)
             rows.append(row)
     return pd.DataFrame(rows)
@@ -215,3 +226,44 @@ def batched_requests(loads: dict, systems, *, model: str = "opt-13b", scales=(1.
                                    **_per_trace(kwargs, trace)))
                 labels.append(label)
     return sweep(points, workers=workers, desc="Fig. 13", known=known).assign(load=labels)
+
+
+def littles_law(batched: pd.DataFrame, mean_output_tokens: dict) -> pd.DataFrame:
+    """Fig. 13's batches explained by Little's law: requests in the batch = rate × seconds each runs.
+
+    For every row of :func:`batched_requests` (one system at one load): ``λ·W`` = the served rate
+    (``throughput_rps``: the arrival rate when the system keeps up, its capacity when it does not)
+    × the mean seconds a request runs (first scheduled to finished), beside the measured
+    time-averaged batch (the two agree in steady state); ``keeps up`` (served ≥ 97 % of the
+    arrival rate); the seconds per generated token each request saw (``W`` ÷ its mean output
+    tokens); and, where the paper states a batch at that rate (Fig. 13: ShareGPT at 2, Alpaca at
+    30 req/s) and the system keeps up here, the seconds per token that batch implies by the same
+    law (``paper batch ÷ rate ÷ mean output tokens``, which assumes the paper's system kept up
+    too): a faster simulated iteration gives a smaller batch at the same rate.
+
+    Args:
+        batched: :func:`batched_requests` rows (columns ``trace``, ``system``, ``rate``, ``load``,
+            ``throughput_rps``, ``mean_running_seconds``, ``time_avg_batched_requests``).
+        mean_output_tokens: trace name -> mean output tokens per request of the trace run.
+
+    Returns:
+        One row per input row: ``trace``, ``load``, ``rate``, ``system``, ``keeps up``, ``λ·W``,
+        ``batch (time average)``, ``s/token this run``, ``paper batch``, ``s/token the paper's batch implies``.
+
+    Raises:
+        KeyError: if a trace of ``batched`` has no entry in ``mean_output_tokens`` (named).
+    """
+    rows = []
+    for r in batched.itertuples():
+        if r.trace not in mean_output_tokens:
+            raise KeyError(f"no mean output length given for trace {r.trace!r}")
+        out = float(mean_output_tokens[r.trace])
+        paper = FIG13_BATCHED_REQUESTS.get(f"{workload(r.trace)}@{r.rate:g}", {}).get(r.system)
+        keeps_up = bool(r.throughput_rps >= 0.97 * r.rate)
+        rows.append({"trace": r.trace, "load": r.load, "rate": r.rate, "system": r.system, "keeps up": keeps_up,
+                     "λ·W": r.throughput_rps * r.mean_running_seconds, "batch (time average)": r.time_avg_batched_requests,
+                     "s/token this run": r.mean_running_seconds / out,
+                     "paper batch": math.nan if paper is None else paper,
+                     "s/token the paper's batch implies": paper / r.rate / out if paper is not None and keeps_up
+                     else math.nan})
+    return pd.DataFrame(rows)

@@ -1,4 +1,4 @@
-"""Hugging Face baselines at a fixed KV memory budget (issue 5 §4): static ``generate`` and ``generate_batch``.
+"""Hugging Face baselines at a fixed KV memory budget (the engine's baseline, §6.2): static ``generate`` and ``generate_batch``.
 
 * :func:`run_hf_static`: ``model.generate`` over static batches (FasterTransformer-style, §6.1): requests
   are taken in order into a batch while ``batch_size × (longest prompt + longest output)`` — the dense

@@ -7,19 +7,32 @@ of each of its files; once for all, the git commit (and whether the tree had unc
 Python's and the main packages' versions. It is read from the executed notebooks (``make
 reproduce`` writes them to ``build/notebooks/``): each figure's PNG output there carries its
 description as output metadata (:data:`FIGURE_METADATA_KEY`).
+
+The manifest stays true between full runs too: it is written atomically (:mod:`paged.atomic`), and
+every figure a notebook saves into a folder with a manifest updates that figure's file hashes
+there at once (:func:`update_manifest_entry`, under a lock so two notebooks run by ``make -j2`` do
+not lose each other's update), so an interrupted notebook never leaves a manifest that describes
+files other than those on disk.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import platform
 import subprocess
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
+from paged.atomic import write_text
+
 __all__ = ["FIGURE_METADATA_KEY", "figure_outputs", "package_versions", "git_state", "build_manifest", "write_manifest",
-           "PACKAGES"]
+           "update_manifest_entry", "PACKAGES", "MANIFEST_NAME"]
+
+#: The manifest's file name in a figure folder.
+MANIFEST_NAME = "MANIFEST.json"
 
 #: Key of the output metadata that describes a figure in an executed notebook (written by
 #: :func:`paged.experiments.notebook.plotting.save_figure`; here so that reading it needs no matplotlib).
@@ -132,6 +145,41 @@ def write_manifest(notebooks, figures_dir: str | Path, out: str | Path | None = 
         FileNotFoundError: as :func:`build_manifest`.
     """
     manifest = build_manifest(notebooks, figures_dir, root=root)
-    out = Path(out) if out is not None else Path(figures_dir) / "MANIFEST.json"
-    out.write_text(json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    out = Path(out) if out is not None else Path(figures_dir) / MANIFEST_NAME
+    with _locked(out.parent):
+        write_text(out, _dumps(manifest))
     return out
+
+
+def _dumps(manifest: dict) -> str:
+    return json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+@contextmanager
+def _locked(folder: Path):
+    """An exclusive lock on ``folder``'s manifest (a lock file beside it, held for the block)."""
+    with open(folder / f".{MANIFEST_NAME}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def update_manifest_entry(figures_dir: str | Path, name: str, paths: dict[str, Path]) -> bool:
+    """Give the figure ``name`` in ``figures_dir/MANIFEST.json`` the SHA-256 and sizes of the files it
+    was just saved to (``paths``: extension → path). True if the manifest lists the figure and was
+    rewritten; False (nothing written) when there is no manifest, it cannot be read, or it does not
+    list the figure: the next ``make reproduce`` adds it. O(manifest size + the files' bytes)."""
+    out = Path(figures_dir) / MANIFEST_NAME
+    if not out.is_file():
+        return False
+    with _locked(out.parent):
+        try:
+            manifest = json.loads(out.read_text(encoding="utf-8"))
+            entry = next(f for f in manifest["figures"] if f.get("name") == name)
+        except (OSError, ValueError, KeyError, TypeError, StopIteration):
+            return False
+        entry["files"] = {ext: _file_entry(Path(path)) for ext, path in sorted(paths.items())}
+        write_text(out, _dumps(manifest))
+    return True

@@ -48,7 +48,8 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.layout_engine import ConstrainedLayoutEngine  # noqa: E402
 
-from paged.experiments.notebook.manifest import FIGURE_METADATA_KEY  # noqa: E402  (the key of a figure's display metadata)
+from paged.atomic import atomic_path  # noqa: E402
+from paged.experiments.notebook.manifest import FIGURE_METADATA_KEY, update_manifest_entry  # noqa: E402
 
 __all__ = ["use_style", "save_figure", "title_figure", "figure_title", "mark_computed", "show_figure",
            "figure_png", "figure_metadata", "in_kernel", "SYSTEM_COLORS", "COMPUTED_LABEL", "FIGURE_METADATA_KEY"]
@@ -172,7 +173,11 @@ def save_figure(fig: Figure, data: pd.DataFrame, name: str, output_dir: str | Pa
     """Save ``fig`` as PNG and PDF and ``data`` as CSV under ``output_dir``; in a kernel, show it.
 
     Metadata that would change between runs (creation dates, software versions in PNG text)
-    is fixed or dropped, so identical inputs give identical bytes.
+    is fixed or dropped, so identical inputs give identical bytes. Each file is written to a
+    temporary name and renamed (:mod:`paged.atomic`), and an existing ``MANIFEST.json`` in
+    ``output_dir`` that lists the figure gets the new files' hashes
+    (:func:`paged.experiments.notebook.manifest.update_manifest_entry`), so an interrupted notebook leaves
+    every file complete and the manifest true.
 
     Args:
         fig: a matplotlib Figure.
@@ -198,10 +203,16 @@ def save_figure(fig: Figure, data: pd.DataFrame, name: str, output_dir: str | Pa
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"{name}.{ext}" for ext in ("png", "pdf", "csv")}
-    fig.savefig(paths["png"], metadata={"Software": None})
-    fig.savefig(paths["pdf"], metadata={"CreationDate": None, "ModDate": None, "Producer": None,
-                                        "Creator": None})
-    data.to_csv(paths["csv"], index=False, float_format="%.6g", lineterminator="\n")
+    # Each file is written beside its target and renamed (paged.atomic): an interrupted save leaves
+    # the old complete file, never half of a new one.
+    with atomic_path(paths["png"]) as tmp:
+        fig.savefig(tmp, format="png", metadata={"Software": None})
+    with atomic_path(paths["pdf"]) as tmp:
+        fig.savefig(tmp, format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None,
+                                                 "Creator": None})
+    with atomic_path(paths["csv"]) as tmp:
+        data.to_csv(tmp, index=False, float_format="%.6g", lineterminator="\n")
+    update_manifest_entry(out, name, paths)
     if in_kernel() if show is None else show:
         show_figure(paths["png"].read_bytes(), metadata=figure_metadata(name, paths, number, claim, section))
         plt.close(fig)

@@ -20,6 +20,7 @@ import copy
 import re
 from pathlib import Path
 
+from paged.atomic import write_text
 from paged.experiments.notebook.manifest import figure_outputs, git_state
 
 __all__ = ["build_report", "report_notebook"]
@@ -157,5 +158,5 @@ def build_report(notebooks, out: str | Path, *, title: str = "PagedAttention rep
     html, _ = exporter.from_notebook_node(report_notebook(notebooks, title=title, root=root), resources={"metadata": {"name": title}})
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(html, encoding="utf-8")
+    write_text(out, html)  # atomically: an interrupted build leaves the old report
     return out

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from paged.atomic import atomic_path
+
 __all__ = ["run_jobs", "cluster", "parameter_grid", "run_notebook", "sweep_notebook"]
 
 
@@ -141,7 +143,8 @@ def run_notebook(notebook: str, output: str, parameters: dict, kernel: str | Non
     """Execute ``notebook`` with papermill into ``output`` (cwd: the notebook's folder).
 
     A failing notebook does not raise: its error is returned, so one bad parameter set does not
-    lose the other runs of a sweep.
+    lose the other runs of a sweep. ``output`` appears only when the run ends (with its error or
+    without); an interrupted run leaves nothing under that name.
 
     Returns:
         ``{"output": path, "seconds": wall time, "error": None or the error's last line}``.
@@ -152,11 +155,14 @@ def run_notebook(notebook: str, output: str, parameters: dict, kernel: str | Non
 
     start = time.perf_counter()
     error = None
-    try:
-        pm.execute_notebook(notebook, output, parameters=parameters, cwd=str(Path(notebook).parent),
-                            kernel_name=kernel or project_kernel(), progress_bar=False)
-    except pm.PapermillExecutionError as err:
-        error = f"{err.ename}: {err.evalue}"
+    # papermill saves the output after every cell: run into a temporary name and rename at the end,
+    # so an interrupted run leaves no half-executed notebook under the run's name.
+    with atomic_path(output) as tmp:
+        try:
+            pm.execute_notebook(notebook, str(tmp), parameters=parameters, cwd=str(Path(notebook).parent),
+                                kernel_name=kernel or project_kernel(), progress_bar=False)
+        except pm.PapermillExecutionError as err:  # a complete notebook that shows its error: kept
+            error = f"{err.ename}: {err.evalue}"
     return {"output": output, "seconds": time.perf_counter() - start, "error": error}
 
 

@@ -37,7 +37,7 @@ from paged.sim.simulator import gc_paused
 from paged.workloads import get_trace
 from paged.workloads.trace import Trace
 
-__all__ = ["PAPER_DURATION_S", "MIN_REQUESTS", "CONVERGENCE_TOL", "CONVERGENCE_ABS_S", "MAX_DURATION_FACTOR", "paper_duration", "run_duration",
+__all__ = ["run_length_table", "PAPER_DURATION_S", "MIN_REQUESTS", "CONVERGENCE_TOL", "CONVERGENCE_ABS_S", "MAX_DURATION_FACTOR", "paper_duration", "run_duration",
            "capped_duration_scale",
            "long_trace",
            "convergence", "LatencyBound", "LatencyCapExceeded"]
@@ -188,3 +188,32 @@ class LatencyBound:
         value = self.bound(finished[0].finished_time)
         if value > self.cap:
             raise LatencyCapExceeded(value)
+
+
+def run_length_table(figures: dict) -> "pd.DataFrame":
+    """How long each figure's runs were: per figure, the finite-rate runs, their arrival span
+    (seconds of arrivals, min–max), requests served (min–max) and how many converged or stopped early.
+
+    Args:
+        figures: figure label -> rows of :func:`paged.experiments.serving.simulate_point` (a
+            DataFrame with ``rate``, ``arrival_seconds``, ``converged``, ``stopped_early`` and
+            ``num_requests``, the requests each run served).
+
+    Returns:
+        One row per figure: ``figure``, ``runs``, ``arrival span (s)``, ``requests``, ``converged``,
+        ``stopped early`` (counts; a stopped run has no convergence check).
+    """
+    import pandas as pd
+
+    rows = []
+    for label, df in figures.items():
+        df = df[df["rate"].astype(float).map(math.isfinite)] if len(df) else df
+        if not len(df):
+            continue
+        served = df["num_requests"] if "num_requests" in df and df["num_requests"].notna().all() else None
+        span = df["arrival_seconds"].astype(float)
+        rows.append({"figure": label, "runs": len(df), "arrival span (s)": f"{span.min():.0f}–{span.max():.0f}",
+                     "requests": "n/a" if served is None else f"{int(served.min())}–{int(served.max())}",
+                     "converged": int(df["converged"].astype(bool).sum()),
+                     "stopped early": int(df["stopped_early"].astype(bool).sum()) if "stopped_early" in df else 0})
+    return pd.DataFrame(rows)

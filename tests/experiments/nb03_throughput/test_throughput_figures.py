@@ -104,9 +104,10 @@ def test_kv_footprint_by_hand():
         throughput.kv_footprint(trace, block_size=0)
 
 
-def _sustained(values, trace="sharegpt", threshold=0.2):
-    return pd.DataFrame([{"model": "opt-13b", "trace": trace, "system": s, "threshold": threshold, "sustained_rate": r}
+def _sustained(values, trace="sharegpt", threshold=0.2, peaks=None):
+    rows = pd.DataFrame([{"model": "opt-13b", "trace": trace, "system": s, "threshold": threshold, "sustained_rate": r}
                          for s, r in values.items()])
+    return rows.assign(throughput_rps=[peaks[s] for s in values]) if peaks else rows
 
 
 def test_ratio_table_by_hand():
@@ -116,8 +117,13 @@ def test_ratio_table_by_hand():
     assert oracle["÷ at 0.2 s/token"] == 2.0 and oracle["÷ at 0.5 s/token"] == 1.25
     assert oracle["paper"] == "1.7–2.7×" and oracle["rates at 0.2 (req/s)"] == "4 vs 2"
     assert table.set_index("baseline").loc["Orca (Max)", "÷ at 0.2 s/token"] == float("inf")
+    assert "peak ÷" not in table  # no saturated throughputs given
     with pytest.raises(ValueError):
         capacity.ratio_table(_sustained({"orca-max": 1.0}))
+    peaks = {"paged": 10.0, "orca-oracle": 4.0}
+    both = capacity.ratio_table(pd.concat([_sustained({"paged": 4.0, "orca-oracle": 2.0}, peaks=peaks),
+                                           _sustained({"paged": 9.0, "orca-oracle": 3.0}, threshold=0.5, peaks=peaks)]))
+    assert both.loc[0, "peak ÷"] == 2.5 and both.loc[0, "÷ at 0.5 s/token"] == 3.0  # threshold-free: one value
 
 
 def test_workload_names():
@@ -131,7 +137,10 @@ def test_paper_comparison_has_ratios_batches_and_chatbot():
     batched = pd.DataFrame([{"model": "opt-13b", "trace": "sharegpt", "load": "paper", "rate": 2.0, "cpu_scale": 1.0,
                              "system": "paged", "avg_batched_requests": 15.0, "avg_decode_batched_requests": 16.0}])
     table = throughput.paper_comparison(ratios, batched, chat).set_index("claim")
-    assert table.loc["sharegpt: sustained rate paged ÷ Orca (Oracle)", "this run"] == "2.00× (4 vs 2)"
+    assert table.loc["sharegpt: sustained rate paged ÷ Orca (Oracle)", "this run"] == "2.00× at 0.2 s/token (4 vs 2)"
+    peaked = capacity.ratio_table(_sustained({"paged": 4.0, "orca-oracle": 2.0}, peaks={"paged": 9.0, "orca-oracle": 3.0}))
+    text = throughput.paper_comparison(peaked, batched).set_index("claim").iloc[0]["this run"]
+    assert text == "2.00× at 0.2 s/token (4 vs 2); 3.00× peak to peak (threshold-free)"
     assert table.loc["chatbot: sustained rate paged ÷ Orca (Max)", "paper"] == "2×"
     assert table.loc["avg batched requests, sharegpt@2, paged", "paper"] == "30.42"
     assert table.loc["avg batched requests, sharegpt@2, paged", "this run"].startswith("16.00 per decode")

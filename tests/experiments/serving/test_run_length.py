@@ -81,3 +81,17 @@ def test_capped_duration_scale_cuts_the_paper_length_to_a_request_count():
         args = {"max_requests": 100, "rate": 1.0, "model": "opt-13b", "scale": 1.0, **bad}
         with pytest.raises(ValueError, match="must be|unknown model 'gpt'"):
             capped_duration_scale(**args)
+
+
+def test_run_length_table_counts_spans_and_convergence():
+    import pandas as pd
+
+    from paged.experiments.serving.run_length import run_length_table
+
+    runs = pd.DataFrame([{"rate": 1.0, "arrival_seconds": 3600.0, "converged": True, "stopped_early": False, "num_requests": 3600},
+                         {"rate": 2.0, "arrival_seconds": 7200.0, "converged": False, "stopped_early": True, "num_requests": 14400},
+                         {"rate": float("inf"), "arrival_seconds": 0.0, "converged": True, "stopped_early": False, "num_requests": 5000}])
+    table = run_length_table({"Fig. 12": runs, "empty": runs.iloc[:0]})
+    row = table.iloc[0]
+    assert len(table) == 1 and row["runs"] == 2 and row["arrival span (s)"] == "3600–7200"
+    assert row["requests"] == "3600–14400" and row["converged"] == 1 and row["stopped early"] == 1
