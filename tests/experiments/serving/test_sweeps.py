@@ -1,0 +1,32 @@
+"""Many simulated points (paged.experiments.serving.sweeps): a point already run is reused, not run again."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from paged.experiments import serving
+from paged.experiments.serving import sweeps
+
+
+def test_a_known_run_is_reused_not_run_again(monkeypatch):
+    point = dict(model="opt-13b", trace="sharegpt", system="paged", rate=2.0, duration_scale=0.02)
+    first = serving.sweep([point, dict(point, num_requests=40)], workers=1)
+    calls = []
+    real = serving.simulate_point
+    monkeypatch.setattr(sweeps, "simulate_point", lambda **kw: calls.append(kw) or real(**kw))
+    again = serving.sweep([point, dict(point, latency_cap=0.5), dict(point, num_requests=40), dict(point, rate=2.5)],
+                          workers=1, known=first)
+    assert [c["rate"] for c in calls] == [2.5]  # only the new rate ran
+    cols = [c for c in first.columns if c not in serving.WALL_TIME_COLUMNS]
+    pd.testing.assert_frame_equal(again.loc[[0, 2], cols].reset_index(drop=True), first[cols], check_dtype=False)
+    # Another setting, a cap the known run exceeded, or a different count: not the same run.
+    assert serving.reusable(dict(point, block_size=32), first) is None
+    assert serving.reusable(dict(point, latency_cap=first.loc[0, "normalized_latency"] / 2), first) is None
+    assert serving.reusable(dict(point, num_requests=41), first) is None
+    assert serving.reusable(dict(point, duration_scale=0.03), first) is None
+    assert serving.reusable(point, first.assign(normalized_latency=math.nan)) is None  # no latency: not a finished run
+    with pytest.raises(TypeError, match="known must be a DataFrame"):
+        serving.sweep([point], workers=1, known=[first])
+    with pytest.raises(TypeError, match="no parameter.*'sytem'"):  # a typo must not match paged's row
+        serving.sweep([dict(point, sytem="orca-max")], workers=1, known=first)
