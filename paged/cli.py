@@ -84,7 +84,7 @@ def _json(result: dict) -> str:
 
 
 def _fragmentation(args: argparse.Namespace) -> int:
-    from paged.experiments.fragmentation import SYSTEMS, default_num_slots, memory_waste
+    from paged.experiments.nb01_fragmentation.fragmentation import SYSTEMS, default_num_slots, memory_waste
     from paged.workloads import get_trace
 
     trace = get_trace(args.trace, args.num_requests, seed=args.seed, rate=args.rate, tokenizer=args.tokenizer)
@@ -164,7 +164,7 @@ def _executed(folder: str) -> list:
 
 
 def _manifest(args: argparse.Namespace) -> int:
-    from paged.experiments.manifest import write_manifest
+    from paged.experiments.notebook.manifest import write_manifest
 
     path = write_manifest(_executed(args.notebooks), args.figures)
     print(f"wrote {path}")
@@ -172,7 +172,7 @@ def _manifest(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from paged.experiments.report import build_report
+    from paged.experiments.notebook.report import build_report
 
     path = build_report(_executed(args.notebooks), args.out)
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, self-contained)")
@@ -184,7 +184,7 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from paged.experiments.sweep import cluster, parameter_grid, sweep_notebook
+    from paged.experiments.notebook.sweep import cluster, parameter_grid, sweep_notebook
 
     text = Path(args.grid).read_text() if Path(args.grid).is_file() else args.grid
     try:

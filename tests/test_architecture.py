@@ -15,6 +15,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "paged"
 
+#: The notebook packages of paged/experiments/ (``nbNN_<name>``); the layer rules cover each one found.
+NOTEBOOK_PACKAGES = tuple(sorted(f"paged.experiments.{p.name}" for p in (ROOT / "experiments").glob("nb[0-9][0-9]_*")
+                                 if (p / "__init__.py").exists()))
+
 #: Bottom to top. A module may import from its own package or from any package of a lower rank.
 LAYERS = [
     ("paged.atomic",),  # files written to a temporary name and renamed
@@ -22,7 +26,9 @@ LAYERS = [
     ("paged.block", "paged.contiguous"),  # the paged manager; the Orca baselines
     ("paged.systems", "paged.kernels"),  # the system registry and manager factory; attention kernels
     ("paged.sim", "paged.engine"),  # the two executors
-    ("paged.experiments", "paged.tools"),  # notebook drivers, figures; model training
+    ("paged.experiments.notebook", "paged.tools"),  # the notebooks' machinery; model training
+    ("paged.experiments.serving",),  # simulated serving shared by several notebooks
+    ("paged.experiments", *NOTEBOOK_PACKAGES),  # one package per notebook (they may import one another's)
     ("paged.cli",),  # python -m paged
     ("paged.bench", "paged.__main__", "paged"),  # benchmarks (they reuse the CLI's helpers), the package face
 ]
@@ -75,7 +81,7 @@ def test_imports_point_down_the_layers(module):
     for target in GRAPH[module]:
         assert target in MODULES, f"{module} imports {target}, which does not exist"
         other = _owner(target)
-        if other == own:
+        if other == own or {own, other} <= set(NOTEBOOK_PACKAGES):  # a notebook may reuse another's (no cycle)
             continue
         assert RANK[other] < RANK[own], (
             f"{module} (layer {RANK[own]}: {own}) imports {target} (layer {RANK[other]}: {other}): "
@@ -110,6 +116,23 @@ def test_no_import_cycle():
         if module not in index:
             visit(module)
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_every_experiments_module_sits_in_a_notebook_or_infrastructure_package():
+    """paged/experiments/ holds only its packages: the infrastructure (notebook, serving) and one per notebook."""
+    loose = sorted(p.name for p in (ROOT / "experiments").glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules outside a package of paged/experiments/: {loose}"
+    assert len(NOTEBOOK_PACKAGES) >= 6
+    for module in MODULES:
+        if module.startswith("paged.experiments."):
+            assert _owner(module) != "paged.experiments", module
+
+
+def test_the_infrastructure_imports_no_notebook_package():
+    for module, targets in GRAPH.items():
+        if _owner(module) in ("paged.experiments.notebook", "paged.experiments.serving"):
+            bad = sorted(t for t in targets if _owner(t) in NOTEBOOK_PACKAGES)
+            assert not bad, f"{module} imports notebook code {bad}"
 
 
 def test_a_handful_of_modules_at_the_top():

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from paged import atomic
-from paged.experiments import manifest, plotting
+from paged.experiments.notebook import manifest, plotting
 
 
 class Interrupted(KeyboardInterrupt):

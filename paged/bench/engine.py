@@ -1,10 +1,10 @@
 """``python -m paged.bench.engine``: the real engine's throughput ratios over interleaved rounds.
 
-Runs :func:`paged.experiments.engine.throughput_comparison` with ``--rounds`` (default 5) rounds in
+Runs :func:`paged.experiments.nb05_engine.engine.throughput_comparison` with ``--rounds`` (default 5) rounds in
 one process, the systems interleaved (order rotated each round), and prints every round's tokens/s,
 batch sizes and the machine's load, then the median and spread (min–max) of paged ÷ each system
-(:func:`~paged.experiments.engine.ratio_summary`), with ``uptime`` before and after. The systems,
-the workload and the method are documented in :mod:`paged.experiments.engine`. A shared machine
+(:func:`~paged.experiments.nb05_engine.engine.ratio_summary`), with ``uptime`` before and after. The systems,
+the workload and the method are documented in :mod:`paged.experiments.nb05_engine.engine`. A shared machine
 makes wall-clock ratios noisy: read the load columns beside them.
 """
 
@@ -18,7 +18,7 @@ import torch
 
 from paged.bench import bench_parser
 from paged.cli import nonnegative_int, positive_int, run_command, seed_int
-from paged.experiments.engine import DEFAULT_MODEL, SYSTEMS, ratio_summary, sharing_savings, throughput_comparison
+from paged.experiments.nb05_engine.engine import DEFAULT_MODEL, SYSTEMS, ratio_summary, sharing_savings, throughput_comparison
 
 
 def main(argv: list[str] | None = None) -> None:

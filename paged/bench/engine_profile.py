@@ -1,7 +1,7 @@
 """``python -m paged.bench.engine_profile``: the decode step cost per batch size and the per-op time shares.
 
-The measurements are :func:`paged.experiments.engine_profile.decode_step_cost` and
-:func:`~paged.experiments.engine_profile.op_time_shares` (method and caveats there).
+The measurements are :func:`paged.experiments.nb05_engine.engine_profile.decode_step_cost` and
+:func:`~paged.experiments.nb05_engine.engine_profile.op_time_shares` (method and caveats there).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 
 from paged.bench import bench_parser
 from paged.cli import nonnegative_int, positive_int, run_command
-from paged.experiments.engine_profile import DEFAULT_MODEL, decode_step_cost, op_time_shares
+from paged.experiments.nb05_engine.engine_profile import DEFAULT_MODEL, decode_step_cost, op_time_shares
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -96,7 +96,7 @@ def measure(model_path=None, *, batch_sizes=(8, 32, 64), prompt_len: int = 128, 
         raise ValueError(f"need batch sizes, prompt_len, decode_steps and rounds ≥ 1; got {batch_sizes}, "
                          f"{prompt_len}, {decode_steps}, {rounds}")
     if model_path is None:
-        from paged.experiments.engine import DEFAULT_MODEL as model_path
+        from paged.experiments.nb05_engine.engine import DEFAULT_MODEL as model_path
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

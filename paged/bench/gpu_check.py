@@ -87,8 +87,8 @@ def _check(args) -> int:
     import torch
     import triton
 
-    from paged.experiments import kernel as fig18a
-    from paged.experiments.plotting import save_figure
+    from paged.experiments.nb04_kernel import kernel as fig18a
+    from paged.experiments.notebook.plotting import save_figure
     from paged.kernels import compile_check as cc
     from paged.kernels import triton_paged_attention as kernel
     from paged.kernels.launch_config import decode_config

@@ -15,7 +15,7 @@ import argparse
 
 from paged.bench import bench_parser
 from paged.cli import positive_int, run_command
-from paged.experiments.kernel import PAPER_RATIO, ROOFLINE_COLUMNS, roofline_table, sweep
+from paged.experiments.nb04_kernel.kernel import PAPER_RATIO, ROOFLINE_COLUMNS, roofline_table, sweep
 
 
 GPU_CONTEXTS, GPU_BATCHES = [64, 128, 256, 1024, 4096, 16384], [8, 32, 64]
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _report(args) -> None:
-    from paged.experiments.kernel import resolve_device
+    from paged.experiments.nb04_kernel.kernel import resolve_device
 
     gpu = resolve_device(args.device).type == "cuda"
     context_lens = args.context_lens or (GPU_CONTEXTS if gpu else [64, 128, 256, 1024])

@@ -18,7 +18,7 @@ import time
 from paged.bench import bench_parser
 from paged.cli import positive_float, positive_int, run_command
 from paged.workloads import get_trace
-from paged.experiments.run_length import long_trace
+from paged.experiments.serving.run_length import long_trace
 from paged.experiments.serving import SYSTEMS, cost_model_for, run_system
 from paged.sim.simulator import simulate
 from paged.systems import make_kv_manager

@@ -1,18 +1,28 @@
-"""The experiments (§6, §7): one driver per notebook, the figures, the paper's numbers.
+"""The experiments (§6, §7): one package per notebook, the notebooks' machinery, the paper's numbers.
 
 The top of the library: drivers turn runs of the simulator and the engine into the paper's
 tables and figures. Notebooks hold parameters, a few calls into these modules and the figures.
+Layout (which file holds what):
 
-* :mod:`~paged.experiments.fragmentation`: notebook 01 (Fig. 2, waste vs block size);
-* :mod:`~paged.experiments.serving` (points, sweeps, saturated throughput, sustained rates),
-  :mod:`~paged.experiments.run_length` (paper-length traces, convergence, early stop),
-  :mod:`~paged.experiments.capacity` (Fig. 12/13/17 runs, ratio tables, host-cost sensitivity) and
-  :mod:`~paged.experiments.throughput` (figures): notebook 03;
-* :mod:`~paged.experiments.kernel`: notebook 04 (Fig. 18a);
-* :mod:`~paged.experiments.engine` (interleaved rounds), :mod:`~paged.experiments.hf_baselines`,
-  :mod:`~paged.experiments.engine_profile` and :mod:`~paged.experiments.validation` (the simulator
-  checked against the engine): notebook 05;
-* :mod:`~paged.experiments.today`: notebook 06 (today's GQA / MQA models on A100, H100, H200 and L4);
-* :mod:`~paged.experiments.paper`: every number of the paper the notebooks compare with;
-* :mod:`~paged.experiments.plotting`, :mod:`~paged.experiments.notebook`: figure style and papermill checks.
+* ``notebook/`` (infrastructure, imports no notebook package): ``parameters.py`` (papermill
+  parameter checks, the project's kernel), ``plotting.py`` (figure style, saving, metadata),
+  ``manifest.py`` (the figures a run wrote), ``report.py`` (the report of executed notebooks),
+  ``sweep.py`` (papermill sweeps, parallel jobs), ``paper.py`` (every number of the paper the
+  notebooks compare with);
+* ``serving/`` (simulated serving shared by notebooks 02, 03, 05; imports no notebook package):
+  ``point.py`` (one simulated run and its metrics, the systems, the thresholds), ``sweeps.py``
+  (many points in parallel, known rows reused), ``sustained.py`` (saturated throughput, the
+  sustained-rate search), ``run_length.py`` (paper-length traces, convergence, early stop);
+* ``nb00_tour/``: ``tour.py`` (the steps of the tour), ``tour_figures.py``, ``explorer.py``;
+* ``nb01_fragmentation/``: ``fragmentation.py`` (Fig. 2, waste vs block size), ``workloads.py``
+  (Fig. 11, trace lengths);
+* ``nb02_sharing/``: ``sharing.py`` (Fig. 14-16 runs), ``sharing_figures.py``;
+* ``nb03_throughput/``: ``throughput.py`` (Fig. 12/13/17 runs, ratio tables, host-cost
+  sensitivity), ``efficiency_sensitivity.py`` (the efficiency-factor panel), ``throughput_figures.py``;
+* ``nb04_kernel/``: ``kernel.py`` (Fig. 18a runs, roofline, figure);
+* ``nb05_engine/``: ``engine.py`` (interleaved rounds on the real-model engine),
+  ``hf_baselines.py``, ``engine_profile.py``, ``validation.py`` (the simulator checked against the engine);
+* ``nb06_today/``: ``today.py`` (today's GQA / MQA models on A100, H100, H200 and L4).
+
+Notebook packages import the infrastructure, ``serving`` and (without cycles) one another.
 """

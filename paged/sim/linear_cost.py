@@ -5,7 +5,7 @@ iteration as a part that grows with the batch (weights, sampling, per-sequence h
 part and a part linear in the context tokens read (attention), and a prefill as a part per
 sequence, per token and per squared prompt length (causal attention). :class:`LinearCostModel` has
 exactly that form with free coefficients, fitted (:meth:`LinearCostModel.fit`) to measured step
-times of this project's own engine on this machine (:mod:`paged.experiments.validation`). With it the
+times of this project's own engine on this machine (:mod:`paged.experiments.nb05_engine.validation`). With it the
 simulator predicts what the engine will measure on a trace; comparing the two validates the
 simulator's scheduler-and-memory half against real execution (paper §6 simulates nothing; the
 simulator here stands in for the paper's GPUs).

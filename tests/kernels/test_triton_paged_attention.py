@@ -263,7 +263,7 @@ def test_gpu_large_block_ids_do_not_overflow():
 
 @pytest.mark.parametrize("device, match", [("gpu", "must be 'auto', 'cpu'"), ("cuda:x", "must be 'auto', 'cpu'")])
 def test_benchmark_device_names_the_problem(device, match):
-    from paged.experiments.kernel import resolve_device
+    from paged.experiments.nb04_kernel.kernel import resolve_device
 
     with pytest.raises(ValueError, match=match):
         resolve_device(device)

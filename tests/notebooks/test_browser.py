@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from paged.experiments.notebook import project_kernel
+from paged.experiments.notebook.parameters import project_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "build" / "browser"

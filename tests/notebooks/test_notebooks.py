@@ -14,8 +14,8 @@ import nbformat
 import papermill as pm
 import pytest
 
-from paged.experiments.notebook import project_kernel
-from paged.experiments.plotting import FIGURE_METADATA_KEY
+from paged.experiments.notebook.parameters import project_kernel
+from paged.experiments.notebook.plotting import FIGURE_METADATA_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
@@ -182,7 +182,7 @@ def test_help_notebook_shows_a_type_for_every_parameter(nb, caplog):
 def test_a_kernel_keeps_its_inline_backend(tmp_path):
     """Importing the plotting module inside a kernel must not switch matplotlib to Agg."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import paged.experiments.plotting, matplotlib\nprint(matplotlib.get_backend())")],
+        "import paged.experiments.notebook.plotting, matplotlib\nprint(matplotlib.get_backend())")],
         metadata={"language_info": {"name": "python"}})
     path = tmp_path / "backend.ipynb"
     nbformat.write(nb, path)

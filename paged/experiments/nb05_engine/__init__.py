@@ -1,0 +1,1 @@
+"""Notebook 05, the real-model engine (§6): interleaved rounds (``engine``), the Hugging Face baselines (``hf_baselines``), the decode-step profile (``engine_profile``) and the simulator checked against the engine (``validation``)."""

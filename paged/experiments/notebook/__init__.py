@@ -1,0 +1,1 @@
+"""The notebook machinery every notebook shares: parameter checks (``parameters``), figure style and saving (``plotting``), the manifest, the report, papermill sweeps and parallel jobs (``sweep``), and the paper's numbers (``paper``)."""

@@ -1,0 +1,195 @@
+"""Sweeps: one function over many parameter sets, on this machine or on a cluster (joblib backends).
+
+Every sweep of the project goes through :func:`run_jobs`: the simulated serving sweeps
+(:func:`paged.experiments.serving.sweep`, :func:`~paged.experiments.serving.sustained_rate`) and
+whole-notebook sweeps (:func:`sweep_notebook`, one papermill run per parameter set). Where the
+jobs run is joblib's choice of backend:
+
+* by default, joblib's ``loky`` processes on this machine (``workers`` of them; 1 runs in-process);
+* inside ``with cluster("dask", address):`` (or ``joblib.parallel_config(backend="dask")`` with a
+  ``distributed.Client``), the Dask cluster's workers, all of them;
+* inside ``with cluster("ray", address):``, the Ray cluster's (``pip install -e ".[ray]"``).
+
+Jobs must be importable functions with picklable keyword arguments; results come back in the
+order of the jobs. A backend without generator support (Ray's) returns the whole list at the
+end, so its progress bar jumps once. On a cluster the workers need this package installed, and a
+notebook sweep needs the notebook and its output folder on a file system they share.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+
+from paged.atomic import atomic_path
+
+__all__ = ["run_jobs", "cluster", "parameter_grid", "run_notebook", "sweep_notebook"]
+
+
+def run_jobs(fn, jobs: list[dict], *, workers: int = 2, desc: str = "sweep") -> list:
+    """``fn(**job)`` for every job, in order, on the active joblib backend, with a tqdm bar.
+
+    Args:
+        fn: an importable (picklable) function.
+        jobs: its keyword arguments, one dict per call.
+        workers: processes on this machine under joblib's default backend (≤ 1: in this process,
+            no pickling). Ignored under a cluster backend, which uses all its workers (or the
+            ``n_jobs`` given to ``joblib.parallel_config``).
+        desc: the progress bar's label.
+
+    Returns:
+        ``[fn(**job) for job in jobs]``.
+
+    Raises:
+        Whatever ``fn`` raises (the first failure stops the sweep). (Joblib itself refuses
+        ``parallel_config(backend="dask")`` without a ``distributed.Client``, with a ValueError.)
+    """
+    from joblib import Parallel, delayed
+    from joblib._parallel_backends import LokyBackend
+    from joblib.parallel import get_active_backend
+    from tqdm.auto import tqdm
+
+    backend, n_jobs = get_active_backend()
+    local = isinstance(backend, LokyBackend)
+    if local and workers <= 1:
+        return [fn(**job) for job in tqdm(jobs, desc=desc)]
+    return_as = "generator" if backend.supports_return_generator else "list"
+    results = Parallel(n_jobs=workers if local else (n_jobs or -1), return_as=return_as)(
+        delayed(fn)(**job) for job in jobs)
+    return list(tqdm(results, total=len(jobs), desc=desc))
+
+
+@contextmanager
+def cluster(backend: str = "dask", address: str | None = None, *, n_workers: int = 2):
+    """Run the sweeps inside the ``with`` block on ``backend``.
+
+    Args:
+        backend: ``"dask"``, ``"ray"`` or ``"loky"`` (this machine, joblib's default).
+        address: the cluster to join (``"tcp://host:8786"`` for a Dask scheduler, ``"ray://host:10001"``
+            or ``"auto"`` for Ray); None starts a local one of ``n_workers`` worker processes bound
+            to 127.0.0.1, stopped at the end of the block.
+
+    Yields:
+        The ``distributed.Client`` (dask), None otherwise.
+
+    Raises:
+        ValueError: for an unknown backend; ImportError naming the extra to install when the
+            backend's package is missing.
+    """
+    from joblib import parallel_config
+
+    if backend == "loky":
+        with parallel_config(backend="loky"):
+            yield None
+    elif backend == "dask":
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise ImportError('the dask backend needs dask[distributed]: pip install "dask[distributed]"') from None
+        local = None if address else LocalCluster(n_workers=n_workers, threads_per_worker=1, host="127.0.0.1",
+                                                  dashboard_address="127.0.0.1:0")
+        client = Client(address or local)
+        try:
+            with parallel_config(backend="dask"):
+                yield client
+        finally:
+            client.close()
+            if local is not None:
+                local.close()
+    elif backend == "ray":
+        try:
+            import ray
+            from ray.util.joblib import register_ray
+        except ImportError:
+            raise ImportError('the ray backend needs Ray: pip install -e ".[ray]"') from None
+        ray.init(address=address, num_cpus=None if address else n_workers, include_dashboard=False)
+        register_ray()
+        try:
+            with parallel_config(backend="ray"):
+                yield None
+        finally:
+            ray.shutdown()
+    else:
+        raise ValueError(f"unknown sweep backend {backend!r}; choose one of 'loky', 'dask', 'ray'")
+
+
+def parameter_grid(spec) -> list[dict]:
+    """Parameter sets from ``spec``: a list of dicts (taken as is), or a dict whose list values are
+    swept (the Cartesian product, in the order given) and whose other values are fixed.
+
+    Raises:
+        ValueError: for another kind of spec, an empty list of values, or an empty grid (``{}`` or
+            ``[]``: no parameter set to run; a single run with the defaults is ``make nb``).
+    """
+    if isinstance(spec, (list, dict)) and not spec:
+        raise ValueError(f"the parameter grid {spec!r} is empty: name at least one parameter and its values, "
+                         "e.g. {block_size: [8, 16]}")
+    if isinstance(spec, list) and all(isinstance(item, dict) for item in spec):
+        return [dict(item) for item in spec]
+    if not isinstance(spec, dict):
+        raise ValueError(f"a parameter grid is a mapping of name to values or a list of mappings, got {spec!r}")
+    axes = {name: values if isinstance(values, list) else [values] for name, values in spec.items()}
+    for name, values in axes.items():
+        if not values:
+            raise ValueError(f"parameter grid: {name!r} has no values")
+    return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+
+
+def run_notebook(notebook: str, output: str, parameters: dict, kernel: str | None = None) -> dict:
+    """Execute ``notebook`` with papermill into ``output`` (cwd: the notebook's folder).
+
+    A failing notebook does not raise: its error is returned, so one bad parameter set does not
+    lose the other runs of a sweep. ``output`` appears only when the run ends (with its error or
+    without); an interrupted run leaves nothing under that name.
+
+    Returns:
+        ``{"output": path, "seconds": wall time, "error": None or the error's last line}``.
+    """
+    import papermill as pm
+
+    from paged.experiments.notebook.parameters import project_kernel
+
+    start = time.perf_counter()
+    error = None
+    # papermill saves the output after every cell: run into a temporary name and rename at the end,
+    # so an interrupted run leaves no half-executed notebook under the run's name.
+    with atomic_path(output) as tmp:
+        try:
+            pm.execute_notebook(notebook, str(tmp), parameters=parameters, cwd=str(Path(notebook).parent),
+                                kernel_name=kernel or project_kernel(), progress_bar=False)
+        except pm.PapermillExecutionError as err:  # a complete notebook that shows its error: kept
+            error = f"{err.ename}: {err.evalue}"
+    return {"output": output, "seconds": time.perf_counter() - start, "error": error}
+
+
+def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: str | Path, *, workers: int = 1,
+                   kernel: str | None = None) -> pd.DataFrame:
+    """Run ``notebook`` once per parameter set, through :func:`run_jobs` (so on a cluster too).
+
+    Run ``i`` writes ``out_dir/STEM_i.ipynb`` and, unless its parameters set ``output_dir``, its
+    figures to ``out_dir/STEM_i/`` (so runs never overwrite each other or ``figures/``).
+
+    Returns:
+        One row per run: its parameters, ``output`` (the executed notebook), ``seconds``, ``error``
+        (None when it ran to the end).
+
+    Raises:
+        FileNotFoundError: if the notebook does not exist.
+    """
+    notebook = Path(notebook).resolve()
+    if not notebook.is_file():
+        raise FileNotFoundError(f"notebook {str(notebook)!r} does not exist")
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for i, params in enumerate(parameter_sets):
+        stem = f"{notebook.stem}_{i:03d}"
+        params = {"output_dir": str(out / stem), **params}
+        jobs.append({"notebook": str(notebook), "output": str(out / f"{stem}.ipynb"), "parameters": params,
+                     "kernel": kernel})
+    runs = run_jobs(run_notebook, jobs, workers=workers, desc=notebook.stem)
+    return pd.DataFrame([{**job["parameters"], **run} for job, run in zip(jobs, runs)])

@@ -1,0 +1,66 @@
+"""Fig. 2 memory accounting: the parts sum to one, the systems are ordered, the seeds' examples."""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from paged.experiments.nb01_fragmentation import fragmentation as frag
+from paged.core.kv_cache_manager import RequestTooLargeError
+
+
+def synthetic(n=120, seed=0):
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(4, 300, n)
+    outputs = np.minimum(rng.lognormal(5.0, 1.0, n).astype(int) + 4, 2048 - prompts)
+    return [SimpleNamespace(request_id=i, prompt_len=int(p), output_len=int(o), arrival_time=0.0)
+            for i, (p, o) in enumerate(zip(prompts, outputs))]
+
+
+def test_parts_sum_to_one_and_systems_are_ordered():
+    table = frag.memory_waste_table(synthetic(), num_slots=8192, block_size=16)
+    parts = table[list(frag.PARTS)]
+    assert np.allclose(parts.sum(axis=1), 1.0)
+    assert (parts.values >= 0).all()
+    ts = dict(zip(table["system"], table["token_states"]))
+    assert ts["orca-max"] < ts["orca-pow2"] < ts["orca-oracle"] < ts["paged"]
+    assert ts["paged"] > 0.9
+    batched = dict(zip(table["system"], table["avg_batched_requests"]))
+    assert batched["orca-max"] <= 4  # 8192 slots / 2048-slot reservations
+    assert batched["paged"] > batched["orca-oracle"]
+
+
+def test_oracle_has_no_over_reservation_beyond_the_last_slot():
+    table = frag.memory_waste_table(synthetic(60), systems=["orca-oracle"], num_slots=8192)
+    assert table.loc[0, "internal"] < 0.01  # only the final token's never-written slot
+
+
+def test_request_larger_than_cache_is_rejected_before_any_work():
+    small = [SimpleNamespace(request_id=i, prompt_len=20, output_len=20, arrival_time=0.0) for i in range(5)]
+    big = SimpleNamespace(request_id=99, prompt_len=1500, output_len=600, arrival_time=0.0)
+    for system in frag.SYSTEMS:
+        with pytest.raises(RequestTooLargeError, match="request 99 .*could never run"):
+            frag.memory_waste(small + [big], system, num_slots=2048, block_size=16)
+
+
+def test_unknown_system():
+    with pytest.raises(ValueError, match="unknown system"):
+        frag.make_kv_manager("orca-best", 1000)
+
+
+def test_default_capacity_is_opt13b_on_a100_40gb():
+    assert frag.default_num_slots() == 15_728  # 12 GiB / 800 KiB, whole 16-token blocks
+
+
+def test_seed_examples():
+    df = frag.seed_examples()
+    assert math.isclose(df.loc[0, "contiguous_wasted"], 9 / 16)
+    assert df.loc[1, "contiguous_slots"] == 100 and df.loc[1, "paged_slots"] == 64
+    assert df.loc[1, "tokens"] == 53
+
+
+def test_larger_blocks_waste_more():
+    df = frag.waste_vs_block_size(synthetic(80), [1, 16, 256], num_slots=8192)
+    internal = list(df["internal"])
+    assert internal[0] == 0 and internal[0] < internal[1] < internal[2]

@@ -1,0 +1,102 @@
+"""Notebook 02's driver (§6.3, §6.4): settings, sustained-rate ratios, memory saving, Fig. 16's skip, the table."""
+
+import pandas as pd
+import pytest
+
+from paged.experiments.nb02_sharing import sharing
+from paged.experiments.nb02_sharing import sharing_figures
+
+
+def test_group_options():
+    assert sharing.group_options("basic", 1) == {"n": 1}
+    assert sharing.group_options("parallel", 4) == {"n": 4}
+    assert sharing.group_options("beam", 6) == {"beam_width": 6}
+    with pytest.raises(ValueError, match="unknown setting"):
+        sharing.group_options("greedy", 2)
+
+
+def test_sharing_pays_off_more_for_beams_than_for_samples():
+    rates = sharing.sustained_rates([("basic", 1), ("beam", 6)], ("paged", "orca-oracle"), num_requests=200,
+                                    saturated_requests=1000, rel_tol=0.1, workers=1)
+    gains = sharing.improvement_over_oracle(rates)
+    assert list(gains["decoding"]) == ["basic", "beam"]
+    beam = gains.set_index("decoding")["improvement"]
+    assert beam["beam"] > 1.4 and beam["beam"] > beam["basic"] + 0.2  # Orca reserves every candidate's full length; paged shares the beam tree
+    assert (rates["sustained_rate"] <= rates["throughput_rps"]).all()
+    sweep = sharing.latency_sweep(rates[rates["decoding"] == "beam"], ("paged", "orca-oracle"), fractions=(0.5, 1.0),
+                                  num_requests=60, workers=1)
+    assert len(sweep) == 4 and set(sweep["width"]) == {6}
+
+
+def test_memory_saving_is_the_papers_measure():
+    df = sharing.memory_saving(("alpaca",), (2, 6), num_requests=60, workers=1)
+    s = df.set_index(["decoding", "width"])["saving_percent"]
+    assert 0 < s["parallel", 2] < s["parallel", 6] < 100
+    assert 0 < s["beam", 2] < s["beam", 6] < 100
+    assert (df["blocks_in_use_mean"] < df["blocks_without_sharing_mean"]).all()
+    share = sharing.length_summary(("alpaca",), num_requests=60).set_index("trace")["prompt_block_share"]["alpaca"]
+    # parallel samples share only full prompt blocks: n samples save at most (n - 1) / n of that share
+    assert s["parallel", 2] / 100 <= share
+
+
+def test_fig16_is_skipped_without_the_wmt16_traces(capsys, monkeypatch):
+    monkeypatch.setattr(sharing, "NAMED_TRACES", {"sharegpt": "x", "alpaca": None})
+    assert sharing.available_fig16_traces() == {}
+    assert sharing.shared_prefix_rates(num_requests=10) is None
+    assert "Fig. 16 skipped" in capsys.readouterr().out
+
+
+def test_demo_summary_and_paper_table():
+    demo = pd.DataFrame({"caching": [False, True, False, True], "round": [0, 0, 1, 1],
+                         "seconds": [2.0, 1.5, 2.2, 1.1], "prefill_seconds": [1.0, 0.5, 1.0, 0.25],
+                         "prefill_tokens": [400, 100, 400, 100], "prompt_tokens": [400] * 4,
+                         "cached_tokens": [0, 300, 0, 300], "hit_rate": [0, 0.75, 0, 0.75],
+                         "same_output": [True] * 4})
+    summary = sharing.demo_summary(demo)
+    assert summary["hit_rate"] == 0.75 and summary["prefill_tokens_saved"] == 0.75
+    assert summary["prefill_time_saved_range"] == (0.5, 0.75) and summary["same_output"]
+    gains = pd.DataFrame({"decoding": ["basic", "beam"], "width": [1, 6], "improvement": [1.1, 2.0]})
+    saving = pd.DataFrame({"trace": ["alpaca"] * 2, "decoding": ["parallel", "beam"], "width": [2, 2],
+                           "saving_percent": [5.0, 40.0]})
+    table = sharing_figures.paper_comparison(gains, saving, None, None, summary, "synthetic lengths")
+    assert list(table.columns) == ["claim", "paper", "this run", "why it differs"]
+    assert table["this run"].str.contains("2.00x").any() and table["paper"].str.contains("2.3x").any()
+    assert table["this run"].str.contains("not run").sum() == 2  # both Fig. 16 rows say they were skipped
+
+
+def test_the_table_quotes_the_sweep_at_pageds_sustained_rate_whatever_the_grid():
+    gains = pd.DataFrame([{"decoding": "beam", "width": 2, "paged": 10.0, "orca-oracle": 5.0, "improvement": 2.0}])
+    rows = [{"decoding": "beam", "width": 2, "system": s, "rate": round(f * 10.0, 4), "normalized_latency": 0.1,
+             "avg_batched_requests": batch * f, "num_preemptions": 3}
+            for s, batch in (("paged", 40.0), ("orca-oracle", 20.0)) for f in (0.3, 1.0, 1.7)]  # 3 fractions, not 6
+    saving = pd.DataFrame(columns=["trace", "decoding", "width", "saving_percent"])
+    table = sharing_figures.paper_comparison(gains, saving, None, None, None, "", pd.DataFrame(rows))
+    assert "at 10 req/s: mean batch 40.0 (paged) vs 20.0 (Oracle)" in table["why it differs"].iloc[0]
+
+
+def test_the_alpaca_note_quotes_the_file_the_lengths_came_from():
+    from paged.experiments.nb02_sharing.sharing_figures import _trace_origin
+    from paged.workloads import get_trace
+
+    origin = _trace_origin(get_trace("alpaca-bare", 10, seed=0, tokenizer="gpt2").source)
+    assert origin.startswith("alpaca_5000.json, a 5,000-record random sample of Stanford Alpaca") and "licence" not in origin
+    assert _trace_origin("one line only") == "one line only" and _trace_origin("") == ""
+
+
+def test_memory_saving_refuses_a_trace_without_a_rate_before_running():
+    with pytest.raises(ValueError, match=r"no request rate for trace\(s\) \['wmt16-1shot'\]"):
+        sharing.memory_saving(["sharegpt", "wmt16-1shot"], widths=(2,), num_requests=10)
+
+
+def test_saving_rates_merge_the_defaults_and_name_what_is_missing():
+    assert sharing.saving_rates(["sharegpt", "wmt16-1shot"], {"wmt16-1shot": 3.0}) == {"sharegpt": 0.5, "wmt16-1shot": 3.0}
+    with pytest.raises(ValueError, match=r"\['nosuch'\]"):
+        sharing.saving_rates(["alpaca", "nosuch"])
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(traces=[]), "traces must name at least one"),
+                                           (dict(traces="alpaca-bare", widths=[]), "widths must name at least one"),
+                                           (dict(traces=["sharegpt"], widths=[2, 2]), "widths names 2 twice")])
+def test_memory_saving_refuses_empty_or_repeated_lists(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        sharing.memory_saving(num_requests=5, workers=1, **kwargs)

@@ -1,0 +1,101 @@
+"""figures/MANIFEST.json and the HTML report, from notebooks executed with papermill (a tiny run)."""
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import papermill as pm
+import pytest
+
+from paged.experiments.notebook.manifest import build_manifest, write_manifest
+from paged.experiments.notebook.parameters import project_kernel
+from paged.experiments.notebook.report import build_report
+
+ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.slow
+
+_SMALL = [
+    ("markdown", "# 09 · A small study\n\n**Claim.** Paging keeps a batch's memory close to its tokens."),
+    ("code", "from paged.experiments.notebook.parameters import record_parameters, check_parameters\n\n"
+             "requests: int = 3  # requests\noutput_dir: str = 'figures'  # where figures go\n"
+             "record_parameters(namespace=globals())", ["parameters"]),
+    ("code", "check_parameters(globals(), positive=['requests'])\nimport matplotlib.pyplot as plt, pandas as pd\n"
+             "from paged.experiments.notebook.plotting import save_figure, use_style\nuse_style()\n"
+             "fig, ax = plt.subplots(); ax.bar(['a', 'b'], [1, requests])\n"
+             "save_figure(fig, pd.DataFrame({'x': [1, requests]}), 'fig99_small', output_dir, number='99', "
+             "claim='A small figure')\nimport sys; print('stderr-noise-42', file=sys.stderr)"),
+    ("markdown", "## Paper vs this run"),
+    ("code", "pd.DataFrame({'claim': ['memory'], 'paper': ['96.3%'], 'this run': [f'{requests}']})"),
+    ("markdown", "## Afterwards\nnot part of the comparison"),
+]
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """The tour (tiny parameters) and a small notebook, executed; their figures in one folder."""
+    tmp = tmp_path_factory.mktemp("report")
+    small = tmp / "09_small.ipynb"
+    cells = [nbformat.v4.new_markdown_cell(c[1]) if c[0] == "markdown" else
+             nbformat.v4.new_code_cell(c[1], metadata={"tags": c[2]} if len(c) > 2 else {}) for c in _SMALL]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"language_info": {"name": "python"}}), small)
+    figures, out = tmp / "figures", tmp / "executed"
+    out.mkdir()
+    for nb, params in ((ROOT / "notebooks" / "00_tour.ipynb", {"sched_num_requests": 6}), (small, {"requests": 5})):
+        pm.execute_notebook(str(nb), str(out / nb.name), parameters={**params, "output_dir": str(figures)},
+                            cwd=str(nb.parent), kernel_name=project_kernel(), progress_bar=False)
+    return sorted(out.glob("*.ipynb")), figures
+
+
+def test_manifest_lists_every_figure_with_its_notebook_parameters_and_hashes(executed, tmp_path):
+    notebooks, figures = executed
+    path = write_manifest(notebooks, figures, tmp_path / "MANIFEST.json", root=ROOT)
+    manifest = json.loads(path.read_text())
+    names = {f["name"] for f in manifest["figures"]}
+    assert {"tour_reservation", "tour_scheduler", "fig99_small"} <= names and len(names) == 7
+    small = next(f for f in manifest["figures"] if f["name"] == "fig99_small")
+    assert small["number"] == "99" and small["claim"] == "A small figure"
+    assert small["parameters"] == {"requests": 5, "output_dir": str(figures)}
+    assert small["notebook"].endswith("09_small.ipynb")
+    png = small["files"]["png"]
+    assert png["sha256"] == hashlib.sha256((figures / "fig99_small.png").read_bytes()).hexdigest()
+    assert re.fullmatch(r"[0-9a-f]{40}", manifest["commit"]) and manifest["packages"]["matplotlib"]
+    assert manifest["unlisted"] == []
+
+
+def test_manifest_keeps_provenance_out_of_the_image_files(executed):
+    notebooks, figures = executed
+    png = (figures / "fig99_small.png").read_bytes()
+    assert b"requests" not in png and b"Software" not in png
+
+
+def test_manifest_names_files_no_notebook_shows(executed, tmp_path):
+    notebooks, figures = executed
+    (figures / "stray.png").write_bytes(b"x")
+    try:
+        assert build_manifest(notebooks, figures)["unlisted"] == ["stray.png"]
+    finally:
+        (figures / "stray.png").unlink()
+
+
+def test_report_is_one_self_contained_html_file(executed, tmp_path):
+    notebooks, _ = executed
+    out = build_report(notebooks, tmp_path / "out" / "report.html", root=ROOT)
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["report.html"]
+    html = out.read_text()
+    images = re.findall(r"<img\b[^>]*>", html)
+    assert len(images) == 7 and all('src="data:image/png;base64,' in img for img in images)
+    external = re.findall(r"""<(?:script|link|img|iframe)\b[^>]*(?:src|href)=["'](?!data:)[^"']+""", html)
+    assert external == []
+    assert "Paging keeps a batch&#39;s memory close to its tokens." in html or "Paging keeps a batch's memory" in html
+    assert "Fig. 99" in html and "A small figure" in html  # the figures table
+    assert html.count("96.3%") == 2  # the paper-vs-this-run table: its section and the notebook itself
+    assert "not part of the comparison" in html and html.count("not part of the comparison") == 1
+    assert "stderr-noise-42" in notebooks[1].read_text()  # it was there to drop
+    assert "stderr-noise-42" not in html and "record_parameters" not in html  # no stderr, no code
+
+
+def test_report_without_notebooks_says_what_to_run(tmp_path):
+    with pytest.raises(ValueError, match="make reproduce"):
+        build_report([], tmp_path / "r.html")
