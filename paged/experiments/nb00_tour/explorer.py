@@ -91,6 +91,17 @@ def explore(render, controls: dict, *, name: str, output_dir, claim: str, number
     return state
 
 
+#: The largest value an explorer takes (tokens, slots): its figures draw every slot.
+MAX_VALUE = 4096
+
+
+def _choice(name: str, value, options) -> str:
+    """``value`` if it is one of ``options``, else a ValueError naming the explorer's parameter."""
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"{name} must be one of {tuple(options)}, got {value!r}")
+    return value
+
+
 def _check(name: str, value, low: int, high: int | None = None) -> int:
     """``value`` as an int in ``[low, high]``, else a ValueError naming the explorer's parameter (an
     impossible value is refused, never clamped, and never reaches ipywidgets' TraitError)."""
@@ -98,8 +109,9 @@ def _check(name: str, value, low: int, high: int | None = None) -> int:
         number = as_int(value, name)
     except TypeError as err:
         raise ValueError(str(err)) from None
-    if number < low or (high is not None and number > high):
-        bound = f"≥ {low}" if high is None else f"in [{low}, {high}]"
+    high = MAX_VALUE if high is None else high
+    if number < low or number > high:
+        bound = f"in [{low}, {high}]"
         raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
     return number
 
@@ -149,6 +161,7 @@ def reservation(*, prompt_len: int = 3, output_len: int = 4, max_seq_len: int = 
         ValueError: naming the parameter, for lengths below 1 or a request longer than ``max_seq_len``.
     """
     max_seq_len = _check("max_seq_len", max_seq_len, 2)
+    policy = _choice("policy", policy, ("max", "pow2", "oracle"))
     prompt_len = _check("prompt_len", prompt_len, 1, max_seq_len - 1)
     output_len = _check("output_len", output_len, 1, max_seq_len - prompt_len)
     def render(prompt_len, output_len, policy):
@@ -232,6 +245,8 @@ def batch(*, prompt_lens, output_lens, batch_size: int = 5, max_seq_len: int = 2
     """
     max_seq_len = _check("max_seq_len", max_seq_len, 1)
     block_size = _check("block_size", block_size, 1)
+    policy = _choice("policy", policy, ("max", "pow2", "oracle"))
+    batch_size = _check("batch_size", batch_size, 1)
     for name, lens in (("prompt_lens", prompt_lens), ("output_lens", output_lens)):
         for value in lens:
             _check(f"every value of {name}", value, 1)
@@ -260,6 +275,7 @@ def scheduler(trace, *, system: str = "paged", num_slots: int = 64, block_size: 
     block_size = _check("block_size", block_size, 1)
     max_seq_len = _check("max_seq_len", max_seq_len, 1)
     num_slots = _check("num_slots", num_slots, block_size)
+    preemption = _choice("preemption", preemption, ("recompute", "swap"))
     @lru_cache(maxsize=16)
     def steps_of(system, preemption):
         return tour.replay(trace, system, num_slots=num_slots, block_size=block_size, max_seq_len=max_seq_len,

@@ -1,1 +1,1 @@
-"""Notebook 06, today's models (GQA / MQA on A100, H100, H200 and L4): the runs and their figures (``today``)."""
+"""Notebook 06, beyond the paper: today's GQA / MQA models on A100, H100, H200 and L4 (``today``)."""

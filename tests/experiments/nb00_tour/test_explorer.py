@@ -81,6 +81,8 @@ def test_batch_explorer_refuses_a_batch_larger_than_its_lengths(tmp_path):
     ("sharing", {"prefix_len": 0}, "prefix_len"),
     ("sharing", {"a_len": -3}, "a_len"),
     ("sharing", {"block_size": 2.5}, "block_size"),
+    ("pages", {"num_tokens": 10**9}, "num_tokens"),
+    ("reservation", {"policy": "bogus"}, "policy"),
 ])
 def test_impossible_values_are_refused_by_name(tmp_path, view, kwargs, name):
     with pytest.raises(ValueError, match=name):
@@ -92,6 +94,10 @@ def test_batch_and_scheduler_refuse_impossible_values(tmp_path):
         explorer.batch(prompt_lens=[3, -1], output_lens=[2, 2], batch_size=2, output_dir=tmp_path)
     with pytest.raises(ValueError, match="block_size"):
         explorer.batch(prompt_lens=[3], output_lens=[2], batch_size=1, block_size=0, output_dir=tmp_path)
+    with pytest.raises(ValueError, match="batch_size"):
+        explorer.batch(prompt_lens=[3, 4], output_lens=[2, 2], batch_size=2.5, output_dir=tmp_path)
+    with pytest.raises(ValueError, match="policy"):
+        explorer.batch(prompt_lens=[3, 4], output_lens=[2, 2], batch_size=2, policy="bogus", output_dir=tmp_path)
     with pytest.raises(ValueError, match="num_slots"):
         explorer.scheduler([], num_slots=2, block_size=4, output_dir=tmp_path)
 
