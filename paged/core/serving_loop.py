@@ -275,10 +275,7 @@ class ServingLoop:
             if group is None or group.request_id in self._aborted:
                 return False
             self._aborted.add(request_id)
-            for seq in group.seqs:
-                seq.status = SequenceStatus.FINISHED
-                seq.finish_reason = "abort"
-            group.aborted = True
+            _mark_aborted(group)
         group.finished_time = now
         return True
 
@@ -294,10 +291,7 @@ class ServingLoop:
         aborted = self.scheduler.abort_all()
         now = self.executor.now
         for group in self.groups[self._next:]:
-            for seq in group.seqs:
-                seq.status = SequenceStatus.FINISHED
-                seq.finish_reason = "abort"
-            group.aborted = True
+            _mark_aborted(group)
             aborted.append(group)
         self._next = len(self.groups)
         for group in aborted:
@@ -319,3 +313,11 @@ class ServingLoop:
             result.prefill_tokens += tokens
             if seq.num_generated:
                 result.recomputed_tokens += tokens
+
+
+def _mark_aborted(group: SequenceGroup) -> None:
+    """A request aborted before it arrived (it holds no block): its sequences end with ``"abort"``."""
+    for seq in group.seqs:
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = "abort"
+    group.aborted = True
