@@ -272,3 +272,18 @@ def test_beam_search_preempted_mid_search_returns_the_same_beams(model, prompts,
         assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
         for c, d in zip(a.outputs, b.outputs):  # bit-equal on the dev machine; 1e-6 allows another BLAS
             assert d.cumulative_logprob == pytest.approx(c.cumulative_logprob, rel=1e-6)
+
+
+def test_the_shipped_model_loads_by_name_from_any_directory(tmp_path, monkeypatch):
+    """``LLM("paged-tiny")`` finds the package's model wherever the process runs (no checkout path)."""
+    from paged import shipped_model_path
+
+    monkeypatch.chdir(tmp_path)
+    llm = LLM("paged-tiny", num_gpu_blocks=32)
+    assert llm.model.config.name_or_path == str(shipped_model_path())
+    out = llm.generate(["User: hello\nAssistant:"], SamplingParams(max_tokens=3))
+    assert len(out[0].outputs[0].token_ids) == 3
+    with pytest.raises(ValueError, match="no shipped model named 'paged-huge'.*paged-tiny"):
+        shipped_model_path("paged-huge")
+    with pytest.raises(FileNotFoundError, match="shipped model's name: paged-tiny"):
+        LLM("no-such-model")
