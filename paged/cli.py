@@ -198,13 +198,16 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from paged.experiments.notebook.sweep import cluster, parameter_grid, sweep_notebook
+    from paged.experiments.notebook.sweep import check_parameter_names, cluster, parameter_grid, sweep_notebook
 
     text = Path(args.grid).read_text() if Path(args.grid).is_file() else args.grid
     try:
         sets = parameter_grid(yaml.safe_load(text))
     except yaml.YAMLError as err:
         raise ValueError(f"--grid is not valid YAML: {err}") from None
+    if not Path(args.notebook).is_file():
+        raise FileNotFoundError(f"notebook {args.notebook!r} does not exist")
+    check_parameter_names(args.notebook, sets)  # a misspelled name fails before the cluster starts
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(cluster(args.backend, args.address, n_workers=args.workers))
