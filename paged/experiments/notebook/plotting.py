@@ -70,7 +70,11 @@ _COMPUTED_HATCH = "///"
 
 def use_style() -> None:
     """The project's seaborn style (white grid, paper context, colour-blind palette); PDFs embed
-    TrueType fonts (``pdf.fonttype`` 42), not Type 3, which many publishers' checks reject."""
+    TrueType fonts (``pdf.fonttype`` 42), not Type 3, which many publishers' checks reject. In a
+    kernel, DataFrames display as whole, left-aligned tables (:func:`~paged.experiments.notebook.tables.use_table_format`)."""
+    from paged.experiments.notebook.tables import use_table_format
+
+    use_table_format()
     sns.set_theme(context="paper", style="whitegrid", palette="colorblind", font_scale=1.1)
     plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight",
                          "svg.hashsalt": "paged", "pdf.compression": 6, "pdf.fonttype": 42, "ps.fonttype": 42})
