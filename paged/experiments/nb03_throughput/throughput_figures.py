@@ -117,8 +117,10 @@ def plot_latency_vs_rate(points: pd.DataFrame, *, log: bool = False, ylim: tuple
         handles.append(Line2D([], [], color="0.35", linestyle="--", label=f"{threshold:g} s/token"))
     if not log:
         handles.append(Line2D([], [], color="0.55", linestyle="-.", label="end of the paper's axis"))
-    handles.append(Line2D([], [], color="0.3", marker="^", markerfacecolor="white", linestyle="",
-                          label="stopped early (≥)"))
+    early = "stopped_early" in finite and finite["stopped_early"].fillna(False).astype(bool).any()
+    if early:  # only when the figure has such markers
+        handles.append(Line2D([], [], color="0.3", marker="^", markerfacecolor="white", linestyle="",
+                              label="stopped early (≥)"))
     fig.tight_layout()
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     return fig

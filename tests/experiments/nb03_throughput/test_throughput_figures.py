@@ -72,6 +72,20 @@ def test_latency_plot_is_a_trace_by_model_grid_with_linear_axes_and_a_figure_leg
         throughput.plot_latency_vs_rate(_points().iloc[:0])
 
 
+def test_the_stopped_early_legend_entry_is_there_only_with_such_markers():
+    def labels(points):
+        fig = throughput.plot_latency_vs_rate(points)
+        try:
+            (legend,) = fig.legends
+            return [t.get_text() for t in legend.get_texts()]
+        finally:
+            plt.close(fig)
+
+    assert "stopped early (≥)" in labels(_points())
+    assert "stopped early (≥)" not in labels(_points().assign(stopped_early=False))
+    assert "stopped early (≥)" not in labels(_points().drop(columns="stopped_early"))
+
+
 def test_batched_requests_plot_marks_the_papers_values():
     df = pd.DataFrame([{"trace": "sharegpt", "load": "paper", "rate": 2.0, "system": s, "avg_batched_requests": 5.0,
                         "avg_decode_batched_requests": 6.0, "time_avg_batched_requests": 5.5}
