@@ -65,19 +65,32 @@ def draw_reservation(view: dict) -> Figure:
     return fig
 
 
+#: The pages view wraps its blocks onto rows this many slots wide (about 10 inches at 0.45 in a slot),
+#: so its labels keep their size at any block size instead of the figure growing past the cell.
+_PAGES_ROW_SLOTS = 22
+_SLOT_IN = 0.45
+
+
 def draw_pages(view) -> Figure:
-    """A request's blocks as its tokens grow (:func:`~paged.experiments.nb00_tour.tour.pages`)."""
+    """A request's blocks as its tokens grow (:func:`~paged.experiments.nb00_tour.tour.pages`), one
+    row of blocks after another; each block keeps room for its two-line label, even of one slot."""
     block_size = int(view["block_size"].iloc[0])
-    fig = Figure(figsize=(max(6, 0.45 * len(view) * (block_size + 1)), 1.9))
+    pitch = max(block_size + 1, 2.4)  # a block's slots and a gap, at least its label's width
+    per_row = max(1, int(_PAGES_ROW_SLOTS // pitch))
+    rows, row_height = -(-len(view) // per_row), 2.8
+    width = min(len(view), per_row) * pitch
+    fig = Figure(figsize=(max(6.0, _SLOT_IN * width + 0.4), _SLOT_IN * rows * row_height + 1.0))
     ax = fig.add_subplot()
-    for _, row in view.iterrows():
-        x0 = row["logical"] * (block_size + 1)
+    for k, row in enumerate(view.itertuples()):
+        line, column = divmod(k, per_row)
+        x0, y0 = column * pitch, -line * row_height
         for j in range(block_size):
-            _cell(ax, x0 + j, 0, STATE_COLORS["output"] if j < row["filled"] else STATE_COLORS["free"])
-        ax.text(x0 + block_size / 2, -0.45, f"logical {row['logical']} → block {row['physical']}", ha="center", fontsize=8)
+            _cell(ax, x0 + j, y0, STATE_COLORS["output"] if j < row.filled else STATE_COLORS["free"])
+        ax.text(x0 + block_size / 2, y0 - 0.2, f"logical {row.logical}\n→ block {row.physical}", ha="center",
+                va="top", fontsize=8, linespacing=1.1)
     tokens, empty = int(view["filled"].sum()), int(len(view) * block_size - view["filled"].sum())
-    _blank(ax, (-0.2, len(view) * (block_size + 1)), (-1.0, 1.6))
-    ax.text(0, 1.25, f"{tokens} tokens in {len(view)} blocks of {block_size}: {empty} empty slot(s), all in the last block",
+    _blank(ax, (-0.2, max(width, 6.0 / _SLOT_IN - 1)), (-(rows - 1) * row_height - 1.9, 1.8))
+    ax.text(0, 1.3, f"{tokens} tokens in {len(view)} blocks of {block_size}: {empty} empty slot(s), all in the last block",
             fontsize=9)
     return fig
 
