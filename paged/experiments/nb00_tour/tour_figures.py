@@ -54,7 +54,7 @@ def draw_message(text: str) -> Figure:
 def draw_reservation(view: dict) -> Figure:
     """One contiguous reservation (:func:`~paged.experiments.nb00_tour.tour.reservation`): a cell per slot."""
     slots = view["slots"]
-    fig = Figure(figsize=(max(6, 0.4 * len(slots)), 1.9))
+    fig = Figure(figsize=(min(MAX_WIDTH_IN, max(6, 0.4 * len(slots))), 1.9))
     ax = fig.add_subplot()
     for i, label in enumerate(slots):
         _cell(ax, i, 0, STATE_COLORS[label])
@@ -67,8 +67,10 @@ def draw_reservation(view: dict) -> Figure:
 
 #: The pages view wraps its blocks onto rows this many slots wide (about 10 inches at 0.45 in a slot),
 #: so its labels keep their size at any block size instead of the figure growing past the cell.
-_PAGES_ROW_SLOTS = 22
+_PAGES_ROW_SLOTS = 18
 _SLOT_IN = 0.45
+#: The widest a tour figure is drawn (inches): a JupyterLab cell shows it at its size, not shrunk.
+MAX_WIDTH_IN = 8.6
 
 
 def draw_pages(view) -> Figure:
@@ -100,24 +102,28 @@ def draw_block_tables(view, request: int = 0) -> Figure:
     order on top, the physical blocks of the whole cache below, an arrow per table entry."""
     num_blocks = int(view["num_blocks"].iloc[0])
     mine = view[view["request"] == request]
-    fig = Figure(figsize=(max(7, 1.05 * num_blocks), 2.8))
+    width = min(MAX_WIDTH_IN, max(7, 1.05 * num_blocks))
+    fig = Figure(figsize=(width, 2.8))
     ax = fig.add_subplot()
+    roomy = width / (num_blocks + 2.4) >= 0.6  # inches per block: room for "block N" under each
     by_block = view.set_index("physical")
     offset = (num_blocks - len(mine)) / 2
     for physical in range(num_blocks):
         owner = int(by_block.loc[physical, "request"]) if physical in by_block.index else None
         text = by_block.loc[physical, "words"].replace(" ", "\n") if owner is not None else ""
         color = _PALETTE[owner] if owner is not None else "white"
-        _cell(ax, physical, 0, color, text, alpha=1.0 if owner == request else 0.25, fontsize=7)
-        ax.text(physical + 0.5, -0.3, f"block {physical}", ha="center", fontsize=7)
+        _cell(ax, physical, 0, color, text, alpha=1.0 if owner == request else 0.25, fontsize=7 if roomy else 6)
+        ax.text(physical + 0.5, -0.3, f"block {physical}" if roomy else f"{physical}", ha="center", fontsize=7)
     for _, row in mine.iterrows():
         x = offset + row["logical"]
-        _cell(ax, x, 2, _PALETTE[request], row["words"].replace(" ", "\n"), fontsize=7)
-        ax.text(x + 0.5, 3.15, f"logical {row['logical']}", ha="center", fontsize=7)
+        _cell(ax, x, 2, _PALETTE[request], row["words"].replace(" ", "\n"), fontsize=7 if roomy else 6)
+        ax.text(x + 0.5, 3.15, f"logical {row['logical']}" if roomy else f"{row['logical']}", ha="center", fontsize=7)
         ax.annotate("", xy=(row["physical"] + 0.5, 1.0), xytext=(x + 0.5, 2.0),
                     arrowprops={"arrowstyle": "->", "color": "0.3", "lw": 0.8})
-    ax.text(-0.1, 2.5, "block table", ha="right", va="center", fontsize=8)
-    ax.text(-0.1, 0.5, "GPU memory", ha="right", va="center", fontsize=8)
+    ax.text(-0.1, 2.5, "block table" if roomy else "block table\n(logical block\nabove)", ha="right", va="center",
+            fontsize=8)
+    ax.text(-0.1, 0.5, "GPU memory" if roomy else "GPU memory\n(block number\nbelow)", ha="right", va="center",
+            fontsize=8)
     _blank(ax, (-2.2, num_blocks + 0.2), (-0.6, 3.5))
     return fig
 
@@ -128,7 +134,7 @@ def draw_sharing(view: dict) -> Figure:
     made by copy-on-write hatched."""
     copied = {dst for _, dst in view["copies"]}
     longest = max(len(t) for t in view["tables"].values())
-    fig = Figure(figsize=(max(6, 1.0 * longest + 2), 2.4))
+    fig = Figure(figsize=(min(MAX_WIDTH_IN, max(6, 1.0 * longest + 2)), 2.4))
     ax = fig.add_subplot()
     for row, (name, blocks) in enumerate(view["tables"].items()):
         y = 1.6 * (1 - row)
@@ -187,7 +193,7 @@ def draw_replay(steps: list[Step], num_requests: int, step: int, *, system: str,
     from matplotlib.colors import ListedColormap
 
     current = steps[step]
-    fig = Figure(figsize=(9, 5.2))
+    fig = Figure(figsize=(MAX_WIDTH_IN, 5.2))
     top, bottom = fig.subplots(2, 1, height_ratios=[1.3, 1])
     states = _state_matrix(steps, num_requests)
     top.imshow(states, aspect="auto", interpolation="nearest", vmin=0, vmax=len(_STATES) - 1,
