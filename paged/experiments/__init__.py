@@ -7,6 +7,7 @@ Layout (which file holds what):
 * ``notebook/`` (infrastructure, imports no notebook package): ``parameters.py`` (papermill
   parameter checks, the project's kernel), ``plotting.py`` (figure style, saving, metadata),
   ``manifest.py`` (the figures a run wrote), ``report.py`` (the report of executed notebooks),
+  ``claims.py`` (README.md's claims table from the figures' CSVs), ``tables.py`` (tables shown whole),
   ``sweep.py`` (papermill sweeps, parallel jobs), ``paper.py`` (every number of the paper the
   notebooks compare with);
 * ``serving/`` (simulated serving shared by notebooks 02, 03, 05; imports no notebook package):
