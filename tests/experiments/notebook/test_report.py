@@ -99,6 +99,7 @@ def test_report_is_one_self_contained_html_file(executed, tmp_path):
     assert html.count("a claim whose explanation runs well past fifty characters to its end") == 2
     text = re.sub(r"data:[^\"']+", "", html)  # the embedded images' base64 can spell anything
     assert "NaN" not in text and "<th>0</th>" not in text and 'class="dataframe paged-table"' in html
+    assert ".jp-RenderedHTMLCommon table td, .jp-RenderedHTMLCommon table th {text-align: left; white-space: normal;" in html
 
 
 def test_report_without_notebooks_says_what_to_run(tmp_path):
