@@ -153,11 +153,10 @@ def _fig19(read) -> str:
 def _fig14(read) -> str:
     df = read("fig14_parallel_beam")
     rates = df[(df["kind"] == "sustained rate") & (df["threshold"] == THRESHOLD)]
-    gain = {(r.decoding, int(r.width)): r for r in rates.itertuples() if r.system == "paged"}
-    oracle = {(r.decoding, int(r.width)): r.sustained_rate for r in rates.itertuples() if r.system == "orca-oracle"}
+    rate = {(r.system, r.decoding, int(r.width)): r.sustained_rate for r in rates.itertuples()}
 
     def over(key):
-        return gain[key].sustained_rate / oracle[key]
+        return rate[("paged", *key)] / rate[("orca-oracle", *key)]
 
     return f"{over(('basic', 1)):.2f}× → {over(('beam', 6)):.2f}× (parallel n = 6: {over(('parallel', 6)):.2f}×)"
 
@@ -188,7 +187,7 @@ def _fig18a(read) -> str:
     device = str(df["device"].iloc[0])
     part = df[df["context_len"].between(64, 256) & df["batch"].isin((8, 32))]
     where = "; torch paths, not the GPU kernel the paper times" if device.upper().startswith("CPU") else ""
-    return f"{_span(part['ratio'])} ({device}{where})"
+    return f"{_span(part['ratio'], '{:.1f}')} ({device}{where})"
 
 
 def _engine(read) -> str:
