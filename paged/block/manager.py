@@ -43,6 +43,9 @@ __all__ = ["PagedKVCacheManager", "ceil_sum"]
 
 
 
+_RUNNING = SequenceStatus.RUNNING
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -82,6 +85,7 @@ class PagedKVCacheManager:
         self._layouts: dict[int, list[int]] = {}  # seq_id -> its full blocks when preempted by recomputation
         self._reserved: dict[int, list[int]] = {}  # prefix_len -> pinned blocks of that reserved prefix
         self._chains = SequenceHashes(self.gpu_allocator) if enable_prefix_caching else None
+        self._next_full = self._chains.next_full if enable_prefix_caching else None
         self._memo: tuple | None = None  # the last prefill plan (see _plan)
         self._version = 0  # counts the changes to tables and cache (see _plan)
 
@@ -250,36 +254,40 @@ class PagedKVCacheManager:
     def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
         """:meth:`can_append_slots` then :meth:`append_slots` for each group in order, until a group
         does not fit: ``(groups done, copy-on-write pairs)`` (:class:`paged.core.KVCacheManager`; the
-        decode step's hot path). O(sequences); a sequence that stays inside its private last block
-        costs one O(1) table call."""
-        self._version += 1
+        decode step's hot path). O(sequences): a one-sequence group costs one O(1) table call
+        (:meth:`~paged.block.BlockTable.grow_to`), and with prefix caching one more call only when a
+        block fills (:attr:`~paged.block.sequence_hashes.SequenceHashes.next_full`). A token that fits
+        in a private last block changes nothing a prefill plan reads, so only the groups that take
+        blocks or register them count a new version (see :meth:`_plan`)."""
         tables = self.block_tables
-        allocator = self.gpu_allocator
-        chains = self._chains
-        running = SequenceStatus.RUNNING
         copies: list[tuple[int, int]] = []
+        next_full = self._next_full
         for done, group in enumerate(seq_groups):
             seqs = group.seqs
             if len(seqs) == 1:
                 seq = seqs[0]
-                table = tables[seq.seq_id]
-                if seq.status is not running:  # nothing to append (but a group that could not is stopped at)
+                if seq.status is _RUNNING:
+                    n = seq.prompt_len + seq.num_generated
+                    table = tables[seq.seq_id]
+                    grew = table.grow_to(n, copies)
+                    if grew:
+                        if grew < 0:
+                            return done, copies
+                        self._version += 1
+                    if next_full is not None and n >= next_full.get(seq.seq_id, n + 1):
+                        self._version += 1
+                        self._chains.register_full_blocks(seq, table)
+                else:  # nothing to append (but a group that could not is stopped at)
+                    table = tables[seq.seq_id]
                     grow = seq.num_tokens - table.num_tokens
-                    if grow and table.num_new_blocks(grow) > allocator.num_free_blocks:
+                    if grow and table.num_new_blocks(grow) > self.gpu_allocator.num_free_blocks:
                         return done, copies
-                    continue
-                added = table.try_grow_to(seq.prompt_len + seq.num_generated)
-                if added is None:
-                    return done, copies
-                if added:
-                    copies.extend(added)
-                if chains is not None:
-                    chains.register_full_blocks(seq, table)
             else:
+                self._version += 1
                 if not self.can_append_slots(group):
                     return done, copies
                 for seq in seqs:
-                    if seq.status is running:
+                    if seq.status is _RUNNING:
                         copies.extend(self.append_slots(seq))
         return len(seq_groups), copies
 
@@ -293,7 +301,7 @@ class PagedKVCacheManager:
         self._version += 1
         table = self.block_tables[seq.seq_id]
         copies = table.append_tokens(seq.num_tokens - table.num_tokens)
-        if self._chains is not None:
+        if self._next_full is not None and table.num_tokens >= self._next_full.get(seq.seq_id, table.num_tokens + 1):
             self._chains.register_full_blocks(seq, table)
         return copies
 

@@ -67,16 +67,19 @@ class PrefixCachingBlockAllocator(BlockAllocator):
             a weak one is only slower.
 
     Costs: :meth:`allocate`, :meth:`free`, :meth:`reuse` O(1) (an eviction adds O(blocks sharing the
-    evicted hash)); :meth:`lookup` and :meth:`register` O(block_size + blocks sharing the hash).
+    evicted hash)), one Python call each; :meth:`allocate_blocks` and :meth:`free_blocks` O(1) per
+    block in one call; :meth:`lookup` and :meth:`register` O(block_size + blocks sharing the hash).
     """
 
-    __slots__ = ("_queue", "_hash", "_key", "_cid", "_cached", "_next_cid", "hash_fn", "_num_evictable", "_pending")
+    __slots__ = ("_queue", "_next", "_prev", "_hash", "_key", "_cid", "_cached", "_next_cid", "hash_fn",
+                 "_num_evictable", "_pending")
 
     def __init__(self, num_blocks: int, block_size: int, *,
                  hash_fn: Callable[[int, tuple[int, ...], Hashable], int] = hash_block_tokens) -> None:
         super().__init__(num_blocks, block_size)
         self._free = []  # the base class's stack stays empty: free blocks live in the linked queue
         self._queue = FreeBlockQueue(num_blocks)
+        self._next, self._prev = self._queue.next_block, self._queue.prev_block  # the queue's links (see allocate)
         self._hash: list[int | None] = [None] * num_blocks  # chained hash of a cached block, else None
         self._key: list[tuple | None] = [None] * num_blocks  # (parent content id, tokens, extra keys)
         self._cid: list[int] = [NO_PARENT] * num_blocks  # content id of a cached block
@@ -90,7 +93,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
     @property
     def num_free_blocks(self) -> int:
         """Blocks with reference count 0, cached or not: what an allocation may take (blocks). O(1)."""
-        return len(self._queue)
+        return self._queue.num_free
 
     @property
     def num_evictable_blocks(self) -> int:
@@ -103,6 +106,8 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         return sum(len(bucket) for bucket in self._cached.values())
 
     # -- the free pool ------------------------------------------------------------------
+    # allocate, free and their bulk forms run the free queue's popleft / push_front / push_back inline on
+    # its public lists (FreeBlockQueue's docstring): these are the allocator's hot paths.
     def allocate(self) -> int:
         """Take the head of the free queue (an uncached block, else the least recently freed cached
         one, whose cache entry is evicted) with reference count 1. O(1).
@@ -110,30 +115,123 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         Raises:
             OutOfBlocksError: if no block is free.
         """
-        try:
-            block_id = self._queue.popleft()
-        except IndexError:
-            raise OutOfBlocksError(f"no free KV block: all {self._num_blocks} blocks are in use") from None
+        nxt = self._next
+        s = self._num_blocks  # the queue's sentinel
+        block_id = nxt[s]
+        if block_id == s:
+            raise OutOfBlocksError(f"no free KV block: all {self._num_blocks} blocks are in use")
+        after = nxt[block_id]
+        nxt[s] = after
+        self._prev[after] = s
+        self._queue.num_free -= 1
         if self._hash[block_id] is not None:
             self._evict(block_id)
         self._ref_counts[block_id] = 1
         return block_id
+
+    def allocate_blocks(self, num_blocks: int) -> list[int]:
+        """Take ``num_blocks`` blocks from the head of the free queue at once, evicting the cached ones
+        (:meth:`allocate`, that many times, in one Python call). O(num_blocks).
+
+        All or nothing: if fewer blocks are free, nothing is taken.
+
+        Raises:
+            OutOfBlocksError: if fewer than ``num_blocks`` blocks are free.
+        """
+        queue = self._queue
+        if num_blocks > queue.num_free:
+            raise OutOfBlocksError(f"need {num_blocks} free KV blocks, {queue.num_free} of {self._num_blocks} are free")
+        if num_blocks <= 0:
+            return []
+        nxt, hashes, ref_counts = self._next, self._hash, self._ref_counts
+        s = self._num_blocks
+        taken = []
+        block_id = nxt[s]
+        for _ in range(num_blocks):
+            taken.append(block_id)
+            ref_counts[block_id] = 1
+            if hashes[block_id] is not None:
+                self._evict(block_id)
+            block_id = nxt[block_id]
+        nxt[s] = block_id  # the new head (the sentinel if the queue is now empty)
+        self._prev[block_id] = s
+        queue.num_free -= num_blocks
+        return taken
 
     def free(self, block_id: int) -> None:
         """Drop one reference; at zero the block joins the free queue: at the tail if it holds cached
         KV (evictable, still findable), else at the head. O(1).
 
         Raises:
-            ValueError / TypeError: as :meth:`paged.block.BlockAllocator.free` (which checks and counts).
+            ValueError: if the block is already free (a double free) or the id is out of range.
+            TypeError: if the id is not an integer.
         """
-        super().free(block_id)  # at zero, the base class pushes the block on its (otherwise empty) stack
-        if self._free:
-            self._free.pop()
-            if self._hash[block_id] is None:
-                self._queue.push_front(block_id)
+        ref_counts = self._ref_counts
+        try:  # costs nothing unless it raises
+            if not 0 <= block_id < self._num_blocks:
+                raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
+            count = ref_counts[block_id]
+        except TypeError:
+            raise TypeError(f"block id must be an integer, got {block_id!r}") from None
+        if count != 1:
+            if count == 0:
+                raise ValueError(f"double free: physical block {block_id} is already free")
+            ref_counts[block_id] = count - 1
+            return
+        ref_counts[block_id] = 0
+        s = self._num_blocks
+        nxt, prev = self._next, self._prev
+        if self._hash[block_id] is None:  # push_front: handed out next
+            first = nxt[s]
+            nxt[s] = block_id
+            prev[block_id] = s
+            nxt[block_id] = first
+            prev[first] = block_id
+        else:  # push_back: evictable, evicted after every block freed before it
+            last = prev[s]
+            nxt[last] = block_id
+            prev[block_id] = last
+            nxt[block_id] = s
+            prev[s] = block_id
+            self._num_evictable += 1
+        self._queue.num_free += 1
+
+    def free_blocks(self, block_ids) -> None:
+        """:meth:`free` each block of ``block_ids`` in order (a block table's blocks, tail first, so a
+        sequence's last cached blocks are evicted first). O(1) per block, one Python call.
+
+        Unchecked ids (the blocks come from a table, so they are in range); a block already free raises
+        as :meth:`free` does, after the blocks before it were freed.
+
+        Raises:
+            ValueError: on a double free.
+        """
+        ref_counts, hashes = self._ref_counts, self._hash
+        nxt, prev = self._next, self._prev
+        queue = self._queue
+        s = self._num_blocks
+        for block_id in block_ids:
+            count = ref_counts[block_id]
+            if count != 1:
+                if count == 0:
+                    raise ValueError(f"double free: physical block {block_id} is already free")
+                ref_counts[block_id] = count - 1
+                continue
+            ref_counts[block_id] = 0
+            if hashes[block_id] is None:
+                first = nxt[s]
+                nxt[s] = block_id
+                prev[block_id] = s
+                nxt[block_id] = first
+                prev[first] = block_id
             else:
-                self._queue.push_back(block_id)
+                last = prev[s]
+                nxt[last] = block_id
+                prev[block_id] = last
+                nxt[block_id] = s
+                prev[s] = block_id
                 self._num_evictable += 1
+            queue.num_free += 1
 
     def reuse(self, block_id: int) -> None:
         """Take one reference to the cached block ``block_id`` (a hit): out of the free queue if it was
