@@ -50,6 +50,11 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _position(seq_groups: list[SequenceGroup], group: SequenceGroup) -> int:
+    """Index of ``group`` (by identity) in ``seq_groups``. O(groups)."""
+    return next(i for i, g in enumerate(seq_groups) if g is group)
+
+
 class PagedKVCacheManager:
     """Paged KV cache manager (vLLM's ``BlockSpaceManager``), §4.2–§4.5 (module docstring).
 
@@ -254,42 +259,56 @@ class PagedKVCacheManager:
     def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
         """:meth:`can_append_slots` then :meth:`append_slots` for each group in order, until a group
         does not fit: ``(groups done, copy-on-write pairs)`` (:class:`paged.core.KVCacheManager`; the
-        decode step's hot path). O(sequences): a one-sequence group costs one O(1) table call
-        (:meth:`~paged.block.BlockTable.grow_to`), and with prefix caching one more call only when a
+        decode step's hot path). O(sequences).
+
+        A running one-sequence group whose token fits in its private last block costs a few attribute
+        reads: the check of :meth:`~paged.block.BlockTable.grow_to`, inlined (the table is this
+        manager's, in this package); any other growth is one ``grow_to`` call. With prefix caching,
+        :meth:`~paged.block.sequence_hashes.SequenceHashes.register_full_blocks` runs only when a
         block fills (:attr:`~paged.block.sequence_hashes.SequenceHashes.next_full`). A token that fits
-        in a private last block changes nothing a prefill plan reads, so only the groups that take
-        blocks or register them count a new version (see :meth:`_plan`)."""
+        in a private last block changes nothing a prefill plan reads, so only groups that take or
+        register blocks count a new version (see :meth:`_plan`)."""
         tables = self.block_tables
-        copies: list[tuple[int, int]] = []
         next_full = self._next_full
-        for done, group in enumerate(seq_groups):
-            seqs = group.seqs
-            if len(seqs) == 1:
-                seq = seqs[0]
-                if seq.status is _RUNNING:
-                    n = seq.prompt_len + seq.num_generated
-                    table = tables[seq.seq_id]
-                    grew = table.grow_to(n, copies)
-                    if grew:
-                        if grew < 0:
-                            return done, copies
-                        self._version += 1
-                    if next_full is not None and n >= next_full.get(seq.seq_id, n + 1):
-                        self._version += 1
-                        self._chains.register_full_blocks(seq, table)
-                else:  # nothing to append (but a group that could not is stopped at)
-                    table = tables[seq.seq_id]
-                    grow = seq.num_tokens - table.num_tokens
-                    if grow and table.num_new_blocks(grow) > self.gpu_allocator.num_free_blocks:
-                        return done, copies
+        copies: list[tuple[int, int]] = []
+        for group in seq_groups:
+            try:
+                seq, = group.seqs  # the common case, one sequence (ValueError for several)
+            except ValueError:
+                seq = None
+            if seq is None or seq.status is not _RUNNING:
+                if not self._append_group(group, copies):
+                    return _position(seq_groups, group), copies
+                continue
+            n = seq.prompt_len + seq.num_generated
+            table = tables[seq.seq_id]
+            if table._num_tokens < n <= table._capacity and table._counts[table._blocks[-1]] == 1:
+                table._num_tokens = n  # grow_to's fast path
             else:
+                if table.grow_to(n, copies) < 0:
+                    return _position(seq_groups, group), copies
                 self._version += 1
-                if not self.can_append_slots(group):
-                    return done, copies
-                for seq in seqs:
-                    if seq.status is _RUNNING:
-                        copies.extend(self.append_slots(seq))
+            if next_full is not None and n >= next_full.get(seq.seq_id, n + 1):
+                self._version += 1
+                self._chains.register_full_blocks(seq, table)
         return len(seq_groups), copies
+
+    def _append_group(self, group: SequenceGroup, copies: list[tuple[int, int]]) -> bool:
+        """:meth:`append_slots_in_order` for a group of several sequences, or of one that is not running:
+        False if it does not fit (nothing changed), else True, its copy-on-write pairs added to ``copies``."""
+        seqs = group.seqs
+        if len(seqs) == 1:  # not running: nothing to append (but a group that could not is stopped at)
+            seq = seqs[0]
+            table = self.block_tables[seq.seq_id]
+            grow = seq.num_tokens - table.num_tokens
+            return not grow or table.num_new_blocks(grow) <= self.gpu_allocator.num_free_blocks
+        self._version += 1
+        if not self.can_append_slots(group):
+            return False
+        for seq in seqs:
+            if seq.status is _RUNNING:
+                copies.extend(self.append_slots(seq))
+        return True
 
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
         """Room for ``seq.num_tokens`` tokens; copy-on-write pairs to apply (§4.4). With prefix caching,
