@@ -29,11 +29,11 @@ class BlockTable:
         TypeError: if ``allocator`` is not a :class:`BlockAllocator`.
     """
 
-    # _capacity is len(_blocks) * block_size (token slots held); _counts is the allocator's list of
-    # reference counts, read (never written) by the decode step's fast path to see that the last
-    # block is private. That fast path (grow_to's first test) is also inlined in
+    # _capacity is len(_blocks) * block_size (token slots held), _last is _blocks[-1] (None while
+    # empty); _counts is the allocator's list of reference counts, read (never written) by the decode
+    # step's fast path to see that the last block is private. That fast path (grow_to's first test) is also inlined in
     # PagedKVCacheManager.append_slots_in_order, the one reader of these fields outside this class.
-    __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens", "_capacity", "_counts")
+    __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens", "_capacity", "_last", "_counts")
 
     def __init__(self, allocator: BlockAllocator) -> None:
         if not isinstance(allocator, BlockAllocator):
@@ -44,6 +44,7 @@ class BlockTable:
         self._blocks: list[int] = []
         self._num_tokens = 0
         self._capacity = 0
+        self._last = None
 
     @classmethod
     def _over(cls, allocator: BlockAllocator, blocks: list[int], num_tokens: int) -> BlockTable:
@@ -55,6 +56,7 @@ class BlockTable:
         table._blocks = blocks
         table._num_tokens = num_tokens
         table._capacity = len(blocks) * block_size
+        table._last = blocks[-1] if blocks else None
         return table
 
     @classmethod
@@ -124,7 +126,7 @@ class BlockTable:
     @property
     def last_block(self) -> int | None:
         """Physical id of the last logical block (the only one ever written), or None if empty."""
-        return self._blocks[-1] if self._blocks else None
+        return self._last
 
     def needs_copy_on_write(self) -> bool:
         """True if the next token would land in a shared, partly filled last block (§4.4). O(1)."""
@@ -168,7 +170,7 @@ class BlockTable:
         have = self._num_tokens
         # The common case, before any other work: the tokens fit in a private last block (the test
         # _grow starts with, repeated here to save the call).
-        if have < num_tokens <= self._capacity and self._counts[self._blocks[-1]] == 1:
+        if have < num_tokens <= self._capacity and self._counts[self._last] == 1:
             self._num_tokens = num_tokens
             return []
         if num_tokens < have:
@@ -187,7 +189,7 @@ class BlockTable:
             were taken (new blocks, a copy-on-write copy); -1 if the free blocks do not cover it
             (nothing changed).
         """
-        if self._num_tokens < num_tokens <= self._capacity and self._counts[self._blocks[-1]] == 1:
+        if self._num_tokens < num_tokens <= self._capacity and self._counts[self._last] == 1:
             self._num_tokens = num_tokens
             return 0
         added = self._grow(num_tokens - self._num_tokens, strict=False)
@@ -225,11 +227,12 @@ class BlockTable:
         copies: list[tuple[int, int]] = []
         if cow:
             copies.append(copy_on_write(allocator, blocks[-1]))  # the shared block keeps its other holders
-            blocks[-1] = copies[-1][1]
+            blocks[-1] = self._last = copies[-1][1]
         self._num_tokens = have + num_tokens
         if fresh:
             blocks += allocator.allocate_blocks(fresh)
             self._capacity = len(blocks) * block_size
+            self._last = blocks[-1]
         return copies
 
     def fork(self) -> BlockTable:
@@ -255,6 +258,7 @@ class BlockTable:
         self._blocks = []
         self._num_tokens = 0
         self._capacity = 0
+        self._last = None
 
     # -- addressing -------------------------------------------------------------------
     def slot_mapping(self, start: int, end: int) -> list[int]:
@@ -276,6 +280,15 @@ class BlockTable:
         block_size = self._block_size
         blocks = self._blocks
         return [blocks[i // block_size] * block_size + i % block_size for i in range(start, end)]
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless the table covers its tokens with the fewest blocks and its cached
+        fields (slots held, last block) agree with its block list. O(1)."""
+        blocks = self._blocks
+        assert len(blocks) == -(-self._num_tokens // self._block_size), \
+            f"{len(blocks)} blocks for {self._num_tokens} tokens"
+        assert self._capacity == len(blocks) * self._block_size, f"capacity {self._capacity} for {len(blocks)} blocks"
+        assert self._last == (blocks[-1] if blocks else None), f"last block {self._last} != {blocks[-1:]}"
 
     def __repr__(self) -> str:
         return f"BlockTable(num_tokens={self._num_tokens}, blocks={self._blocks})"

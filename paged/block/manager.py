@@ -275,14 +275,16 @@ class PagedKVCacheManager:
             try:
                 seq, = group.seqs  # the common case, one sequence (ValueError for several)
             except ValueError:
-                seq = None
-            if seq is None or seq.status is not _RUNNING:
+                if not self._append_group(group, copies):
+                    return _position(seq_groups, group), copies
+                continue
+            if seq.status is not _RUNNING:
                 if not self._append_group(group, copies):
                     return _position(seq_groups, group), copies
                 continue
             n = seq.prompt_len + seq.num_generated
             table = tables[seq.seq_id]
-            if table._num_tokens < n <= table._capacity and table._counts[table._blocks[-1]] == 1:
+            if table._num_tokens < n <= table._capacity and table._counts[table._last] == 1:
                 table._num_tokens = n  # grow_to's fast path
             else:
                 if table.grow_to(n, copies) < 0:
@@ -418,16 +420,14 @@ class PagedKVCacheManager:
     def check_invariants(self) -> None:
         """Raise AssertionError unless the manager and its allocators agree: every block's reference
         count equals the block-table entries pointing at it (plus one per reserved-prefix pin), each
-        table covers its tokens with the fewest blocks, and each allocator's own invariants hold
-        (``check_invariants`` of :class:`~paged.block.BlockAllocator` and the prefix-caching
-        allocator). O(blocks)."""
-        bs = self.block_size
+        table covers its tokens with the fewest blocks (:meth:`~paged.block.BlockTable.check_invariants`),
+        and each allocator's own invariants hold (``check_invariants`` of
+        :class:`~paged.block.BlockAllocator` and the prefix-caching allocator). O(blocks)."""
         allocators = [self.gpu_allocator] + ([self.cpu_allocator] if self.cpu_allocator is not None else [])
         expected = {id(a): [0] * a.num_blocks for a in allocators}
         for seq_id, table in self.block_tables.items():
             assert id(table.allocator) in expected, f"sequence {seq_id}'s table uses an unknown allocator"
-            assert table.num_blocks == _cdiv(table.num_tokens, bs), \
-                f"sequence {seq_id}: {table.num_blocks} blocks for {table.num_tokens} tokens"
+            table.check_invariants()
             counts = expected[id(table.allocator)]
             for block in table.physical_blocks:
                 counts[block] += 1
