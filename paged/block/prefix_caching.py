@@ -36,7 +36,7 @@ optionally).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
 from paged.block.free_queue import FreeBlockQueue
@@ -171,7 +171,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
             else:
                 self._queue.push_back(block_id)
 
-    def free_blocks(self, block_ids) -> None:
+    def free_blocks(self, block_ids: Iterable[int]) -> None:
         """:meth:`free` each block of ``block_ids`` in order (a block table's blocks, tail first, so a
         sequence's last cached blocks are evicted first). O(1) per block, one Python call (two when
         cached blocks become evictable).
