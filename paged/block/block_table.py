@@ -181,7 +181,8 @@ class BlockTable:
     def grow_to(self, num_tokens: int, copies: list[tuple[int, int]]) -> int:
         """The decode step's append (:meth:`paged.block.PagedKVCacheManager.append_slots_in_order`):
         room for ``num_tokens`` tokens in all if the allocator's free blocks cover it, the
-        copy-on-write pair (§4.4), if any, appended to ``copies``. O(1) plus the new blocks.
+        copy-on-write pair (§4.4), if any, appended to ``copies``. O(1) plus the new blocks; a token
+        inside a private last block, or the first token past a full one, takes the short way.
 
         Unchecked (the manager's hot path): ``num_tokens`` is an int, at least the tokens held.
 
@@ -190,10 +191,23 @@ class BlockTable:
             were taken (new blocks, a copy-on-write copy); -1 if the free blocks do not cover it
             (nothing changed).
         """
-        if self._num_tokens < num_tokens <= self._capacity and self._counts[self._last] == 1:
+        have = self._num_tokens
+        if have < num_tokens <= self._capacity and self._counts[self._last] == 1:
             self._num_tokens = num_tokens
             return 0
-        added = self._grow(num_tokens - self._num_tokens, strict=False)
+        if have == self._capacity and have < num_tokens <= have + self._block_size:
+            # A block boundary: the last block is full (shared or not, it is never written again), so
+            # one new block and no copy; _grow's general case, in fewer steps.
+            try:
+                block = self._allocator.allocate()
+            except OutOfBlocksError:
+                return -1
+            self._blocks.append(block)
+            self._last = block
+            self._capacity += self._block_size
+            self._num_tokens = num_tokens
+            return 1
+        added = self._grow(num_tokens - have, strict=False)
         if added is None:
             return -1
         if added:
