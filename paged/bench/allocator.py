@@ -20,9 +20,9 @@ Each group of rows has a bare-Python baseline measured in the same rounds:
   blocks, then freeing them; µs);
 * **the decode step's append** (:meth:`~paged.block.PagedKVCacheManager.append_slots_in_order`), ns per
   token at batch 1 and 64, prefix caching off and on (256 decode steps after a 100-token prompt, each
-  step first adding a token to every sequence): a bare-Python block manager (lists of token counts,
-  tables and free blocks; with caching, the token ids too and a tuple hash of each block that fills)
-  doing the same steps.
+  step first adding a token to every sequence: its count, and with caching its id): a bare-Python block
+  manager (lists of token counts, tables and free blocks; with caching, the token ids too and a tuple
+  hash of each block that fills) doing the same steps.
 """
 
 from __future__ import annotations
@@ -130,13 +130,20 @@ def _decode_paged(batch: int, caching: bool):
     seqs = [group.seqs[0] for group in groups]
     append = manager.append_slots_in_order
 
-    def run():
-        for step in range(DECODE_STEPS):
+    def run():  # each step adds a token to every sequence (what Sequence.append_token does), then makes room
+        for _ in range(DECODE_STEPS):
             for seq in seqs:
-                seq.append_token(step)
+                seq.num_generated += 1
             append(groups)
 
-    return run
+    def run_caching():
+        for step in range(DECODE_STEPS):
+            for seq in seqs:
+                seq.num_generated += 1
+                seq.token_ids.append(step)
+            append(groups)
+
+    return run_caching if caching else run
 
 
 def _decode_bare(batch: int, caching: bool):
