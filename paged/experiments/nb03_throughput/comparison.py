@@ -84,15 +84,14 @@ def _little_cause(little: pd.DataFrame | None, trace: str, load: str) -> str:
     part = little[(little["trace"] == trace) & (little["load"] == load)]
     out = []
     for _, r in part.iterrows():
-        text = (f"{r['system']}: {r['λ·W']:.1f} in the batch by Little's law (served rate × running time), "
-                f"{1e3 * r['s/token this run']:.1f} ms per output token here")
+        text = f"{r['system']} {r['λ·W']:.1f} ({1e3 * r['s/token this run']:.1f} ms per output token"
         implied = r["s/token the paper's batch implies"]
         if pd.notna(implied):
-            text += f", the paper's {r['paper batch']:.2f} implies {1e3 * implied:.1f} ms"
+            text += f"; the paper's {r['paper batch']:.2f} implies {1e3 * implied:.1f} ms"
         if not r["keeps up"]:
-            text += " (does not keep up: memory caps the batch)"
-        out.append(text)
-    return "; ".join(out)
+            text += "; served below 97% of the arrival rate"
+        out.append(text + ")")
+    return ("Little's law, batch = served rate × seconds a request runs: " + ", ".join(out)) if out else ""
 
 
 def _fig13_rows(batched: pd.DataFrame, little: pd.DataFrame | None, *, label: str) -> list[dict]:
