@@ -206,8 +206,9 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, *, engine: pd.Da
                          "paper": "(the paper's Fig. 15 is measured on its engine; numbers above)",
                          "this run": ", ".join(f"{w}: {p:.1f}%" for w, p in zip(part["width"], part["saving_percent"])),
                          "measured cause of the difference":
-                             f"the simulator on the same trace: {sim_text}; the engine serves {len(part)} widths × a "
-                             f"few requests" + (f" over {steps} decode steps" if steps is not None else "")
+                             f"the simulator on the same trace: {sim_text}; the engine serves a few requests at "
+                             f"{len(part)} width{'s' if len(part) > 1 else ''}"
+                             + (f" over {steps} decode steps" if steps is not None else "")
                              + (", with its own beams" if d == "beam" else ", prompt blocks shared as in the simulator")})
     if prefix_lens is None and prefix_rates is not None:
         prefix_lens = {t: _prefix_lens(t) for t in prefix_rates["trace"].unique()}
@@ -215,7 +216,7 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, *, engine: pd.Da
     if demo is not None:
         wall, prefill = demo["time_saved"], demo["prefill_time_saved"]
         cause = (f"caching shortens only the prefill; wall time −{wall:.0%} against prefill time −{prefill:.0%}: "
-                 "the decode steps, which caching does not touch, take the rest" if wall < prefill else
+                 "the decode steps, which caching does not touch, take the rest" if round(100 * wall) < round(100 * prefill) else
                  f"wall time −{wall:.0%}, prefill time −{prefill:.0%}")
         rows.append({"figure": "prefix caching (real engine)", "claim": "automatic prefix caching, shared system prompt",
                      "paper": "no number (the paper reserves predefined prefixes, §4.4; automatic caching is later vLLM)",
