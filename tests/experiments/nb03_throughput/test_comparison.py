@@ -56,8 +56,8 @@ def test_fig13_leads_with_matched_load_then_the_papers_rate_with_littles_law_the
     assert knee["measured cause of the difference"].startswith("paged ÷ Oracle 2.40× per decode iteration")
     assert "paged 60.0 (66.7 ms per output token; served below 97% of the arrival rate)" in knee["measured cause of the difference"]
     assert paper["paper"] == "orca-max 7.00, orca-pow2 9.81, orca-oracle 13.62, paged 30.42"
-    # paged at 2 req/s: batch 20 = 2 × 10 s running; 10 s / 300 tokens = 33.3 ms; 30.42 / 2 / 300 = 50.7 ms
+    # paged at 2 req/s: batch 20 = 2 × 10 s running; 10 s / 300 tokens = 33.3 ms; 30.42 / 2 / 337.99 = 45.0 ms
     assert ("Little's law, batch = served rate × seconds a request runs: paged 20.0 (33.3 ms per output token; "
-            "the paper's 30.42 implies 50.7 ms)") in paper["measured cause of the difference"]
+            "the paper's 30.42 implies 45.0 ms)") in paper["measured cause of the difference"]
     assert paper["this run"].startswith("paged 20.00 per decode iteration (19.00 per iteration)")
     assert "the paper's 30.42 implies 45.0 ms" in check["measured cause of the difference"]
