@@ -101,11 +101,10 @@ def _fig13_rows(batched: pd.DataFrame, little: pd.DataFrame | None, *, label: st
     for (trace, load), part in loads:
         rate = float(part["rate"].iloc[0])
         paper = _paper_batches(trace, rate)
-        s = part.set_index("system")
+        decode = part.set_index("system")["avg_decode_batched_requests"]
         ratio = ""
-        if {"paged", "orca-oracle"} <= set(s.index):
-            ratio = (f"paged ÷ Oracle {s.loc['paged', 'avg_decode_batched_requests'] / s.loc['orca-oracle', 'avg_decode_batched_requests']:.2f}× "
-                     "per decode iteration")
+        if {"paged", "orca-oracle"} <= set(decode.index):
+            ratio = f"paged ÷ Oracle {decode['paged'] / decode['orca-oracle']:.2f}× per decode iteration"
         if paper:
             paper_text = ", ".join(f"{k} {v:.2f}" for k, v in paper.items())
             cause = _little_cause(little, trace, load)
