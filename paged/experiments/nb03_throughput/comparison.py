@@ -10,8 +10,8 @@ built from this run's numbers.
 Which ratio the paper's "up to 22×" over FasterTransformer is: §6.2 defines a system's throughput
 by where its latency "suddenly explodes" ("when the request rate surpasses the capacity of the
 serving system, the queue length continues to grow infinitely"), and the paper's Fig. 12 curves,
-FasterTransformer's included, stay flat and then rise almost vertically at that rate, so at the
-paper's scale any threshold below the vertical part reads the same capacity. Its ratio is therefore
+FasterTransformer's included, rise steeply at that rate, so at the paper's scale a threshold below
+the steep part reads the same capacity. Its ratio is therefore
 capacity to capacity: the threshold-free ``peak ÷`` here. The 0.2 s/token ratio is shown beside it;
 it differs where a system's latency here rises gradually before its capacity (FasterTransformer's
 static batches wait for their longest request), which the rows measure as each system's sustained
@@ -55,7 +55,7 @@ def _ratio_cause(r: pd.Series, threshold: float, ft_models: pd.DataFrame | None)
                          f"(peak ÷ {r['peak ÷']:.2f}× is the capacity ratio)")
     if r["baseline"] == _FT:
         parts.append("the paper's \"up to 22×\" is a capacity ratio (§6.2: throughput where latency explodes; its "
-                     "FT curves rise almost vertically there), so peak ÷ is the number to set beside it")
+                     "FT curves rise steeply there), so peak ÷ is the number to set beside it")
         if ft_models is not None and len(ft_models):
             by_model = "; ".join(
                 f"{m.upper()} peak ÷ {row['peak ÷']:.2f}×, at {threshold:g} s/token "
