@@ -89,3 +89,33 @@ def test_any_split_with_or_without_one_turn_overlap_joins_back_to_the_conversati
     assert (report.overlapping_turns, report.overlap_mismatches, report.parts_after_gap) == (repeated, 0, 0)
     multi = [n for n in per_conv if n > 1]
     assert (report.conversations_joined, report.parts_joined) == (len(multi), sum(multi))
+
+
+def test_the_packaged_file_repeats_exactly_the_turns_its_offsets_say_and_the_committed_traces_say_so():
+    """On the real ShareGPT V3 file: every turn a part repeats (by its offset) is identical to the
+    joined one, none is appended twice, no part follows a gap; the committed chat trace states it."""
+    import re
+    import warnings
+
+    from paged.workloads import data_path, default_sharegpt_path, read_sharegpt_records
+    from paged.workloads.sharegpt import ShareGPTTruncatedWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ShareGPTTruncatedWarning)
+        records, _ = read_sharegpt_records(default_sharegpt_path())
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for rec in records:
+        conv, start = rec["id"].rsplit("_", 1)
+        spans.setdefault(conv, []).append((int(start), len(rec["conversations"])))
+    expected = 0  # turns each part holds before the end of the parts before it, by the offsets alone
+    for parts in spans.values():
+        end = 0
+        for start, n in sorted(parts):
+            expected += max(0, min(end - start, n))
+            end = max(end, start + n)
+    convs, report = join_conversation_parts(records)
+    assert report.overlapping_turns == expected > 0
+    assert report.overlap_mismatches == report.parts_after_gap == report.conversations_without_start == 0
+    assert sum(map(len, convs)) == sum(len(r["conversations"]) for r in records) - expected
+    header = data_path("sharegpt_chat_lengths_gpt2.csv").read_text().split("\n# rounds")[0]
+    assert re.search(rf"{report.parts_joined} parts; {expected} turns a part repeats kept once", header)
