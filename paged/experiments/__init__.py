@@ -17,9 +17,11 @@ Layout (which file holds what):
 * ``nb00_tour/``: ``tour.py`` (the steps of the tour), ``tour_figures.py``, ``explorer.py``;
 * ``nb01_fragmentation/``: ``fragmentation.py`` (Fig. 2, waste vs block size), ``workloads.py``
   (Fig. 11, trace lengths);
-* ``nb02_sharing/``: ``sharing.py`` (Fig. 14-16 runs), ``sharing_figures.py``;
+* ``nb02_sharing/``: ``sharing.py`` (Fig. 14-16 runs), ``sharing_figures.py``, ``comparison.py``
+  (the paper-vs-this-run table);
 * ``nb03_throughput/``: ``throughput.py`` (Fig. 12/13/17 runs, ratio tables, host-cost
-  sensitivity), ``efficiency_sensitivity.py`` (the efficiency-factor panel), ``throughput_figures.py``;
+  sensitivity), ``efficiency_sensitivity.py`` (the efficiency-factor panel), ``throughput_figures.py``,
+  ``comparison.py`` (the paper-vs-this-run table);
 * ``nb04_kernel/``: ``kernel.py`` (Fig. 18a runs, roofline, figure);
 * ``nb05_engine/``: ``engine.py`` (interleaved rounds on the real-model engine),
   ``hf_baselines.py``, ``engine_profile.py``, ``validation.py`` (the simulator checked against the engine);

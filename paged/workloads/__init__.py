@@ -7,6 +7,8 @@ The bottom layer of the package, with :mod:`paged.core`; it imports nothing else
 * :mod:`~paged.workloads.arrivals`: :func:`poisson_arrivals`;
 * :mod:`~paged.workloads.json_records`: a JSON list read record by record (a cut file keeps its records);
 * :mod:`~paged.workloads.sharegpt`: real ShareGPT conversations (§6.1) and the chatbot rounds (§6.5);
+* :mod:`~paged.workloads.conversation_parts`: ShareGPT V3's parts joined into whole conversations;
+* :mod:`~paged.workloads.sharegpt_sessions`: whole conversations with long histories (8K / 32K);
 * :mod:`~paged.workloads.alpaca`: real Stanford Alpaca instructions (§6.1) and their prompt formats;
 * :mod:`~paged.workloads.wmt16`: WMT16 en->de translation with a shared few-shot prefix (§6.4);
 * :mod:`~paged.workloads.filters`: the length filters every real trace goes through;

@@ -143,18 +143,3 @@ def test_ratio_table_by_hand():
 def test_workload_names():
     assert [capacity.workload(t) for t in ("sharegpt", "alpaca", "alpaca-synthetic", "sharegpt-chat", "x.csv")] == \
         ["sharegpt", "alpaca", "alpaca", "chatbot", "sharegpt"]
-
-
-def test_paper_comparison_has_ratios_batches_and_chatbot():
-    ratios = capacity.ratio_table(_sustained({"paged": 4.0, "orca-oracle": 2.0}))
-    chat = capacity.ratio_table(_sustained({"paged": 2.0, "orca-max": 1.0}, trace="sharegpt-chat"))
-    batched = pd.DataFrame([{"model": "opt-13b", "trace": "sharegpt", "load": "paper", "rate": 2.0, "cpu_scale": 1.0,
-                             "system": "paged", "avg_batched_requests": 15.0, "avg_decode_batched_requests": 16.0}])
-    table = throughput.paper_comparison(ratios, batched, chat).set_index("claim")
-    assert table.loc["sharegpt: sustained rate paged ÷ Orca (Oracle)", "this run"] == "2.00× at 0.2 s/token (4 vs 2)"
-    peaked = capacity.ratio_table(_sustained({"paged": 4.0, "orca-oracle": 2.0}, peaks={"paged": 9.0, "orca-oracle": 3.0}))
-    text = throughput.paper_comparison(peaked, batched).set_index("claim").iloc[0]["this run"]
-    assert text == "2.00× at 0.2 s/token (4 vs 2); 3.00× peak to peak (threshold-free)"
-    assert table.loc["chatbot: sustained rate paged ÷ Orca (Max)", "paper"] == "2×"
-    assert table.loc["avg batched requests, sharegpt@2, paged", "paper"] == "30.42"
-    assert table.loc["avg batched requests, sharegpt@2, paged", "this run"].startswith("16.00 per decode")
