@@ -39,7 +39,7 @@ venv: $(STAMP) ## Create .venv and install the project with its dev extra
 test: $(STAMP) ## Run the whole test suite (unit, property, kernel, notebooks)
 	$(PY) -m pytest -n 2 -q
 
-quick: $(STAMP) ## Check an installation (about 2 min): every notebook with small parameters into build/quick/ (figures/ untouched)
+quick: $(STAMP) ## Check an installation: every notebook with small parameters into build/quick/ (figures/ untouched)
 	$(PY) -m paged.experiments.notebook.quick --notebooks notebooks --out build/quick
 
 reproduce: $(FIGURES)/MANIFEST.json ## Regenerate every figure from the shipped data (executed notebooks -> build/; -j2 runs two at once)
