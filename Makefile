@@ -12,7 +12,7 @@ FIGURES := figures
 # What an executed notebook depends on besides itself: the package and its data.
 SOURCES := $(shell find paged data -type f \( -name '*.py' -o -name '*.csv' \) 2>/dev/null)
 # Notebooks run on this environment's own python3 kernel: papermill's engine "paged"
-# (paged/experiments/notebook/kernel.py, registered by the package's entry points).
+# (paged/experiments/notebook/papermill_engine.py, registered by the package's entry points).
 PAPERMILL := $(VENV)/bin/papermill --engine paged --kernel python3 --no-progress-bar
 # JupyterLab refuses to start as root without --allow-root (containers, CI).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)

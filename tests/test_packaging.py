@@ -93,7 +93,7 @@ def test_wheel_finds_its_data_without_a_checkout(installed):
     engine = subprocess.run([python, "-c", "from papermill.engines import papermill_engines as e; "
                              "print(e.get_engine('paged').__module__)"],
                             cwd=work, env=env, check=True, capture_output=True, text=True).stdout.strip()
-    assert engine == "paged.experiments.notebook.kernel"  # `papermill --engine paged`, from the wheel's entry points
+    assert engine == "paged.experiments.notebook.papermill_engine"  # `papermill --engine paged`, from the wheel's entry points
     out = subprocess.run([python, "-m", "paged", "fragmentation", "--json", "--num-requests", "200"],
                          cwd=work, env=env, check=True, capture_output=True, text=True, timeout=300)
     result = json.loads(out.stdout)

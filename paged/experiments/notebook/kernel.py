@@ -18,10 +18,14 @@ kernels whose spec declares ``supported_encryption: ["curve"]``, as ipykernel's 
 pyzmq has CurveZMQ; with an older jupyter_client, or a pyzmq built without libsodium, the
 connection stays plain TCP on the loopback interface, as Jupyter's default is.
 
-Use :func:`execute_notebook` from Python, or papermill's command line with this module's engine
-(registered as papermill engine ``paged`` by the package's entry points)::
+Use :func:`execute_notebook` from Python, or papermill's command line with the engine of
+:mod:`paged.experiments.notebook.papermill_engine` (papermill engine ``paged``, registered by the
+package's entry points)::
 
     papermill --engine paged notebooks/00_tour.ipynb build/00_tour.ipynb
+
+This module imports papermill only inside :func:`execute_notebook`: papermill loads the engines of
+its entry points while it is first imported, and the engine's module imports this one.
 """
 
 from __future__ import annotations
@@ -32,14 +36,13 @@ from pathlib import Path
 import zmq
 from jupyter_client.kernelspec import NATIVE_KERNEL_NAME, KernelSpec
 from jupyter_client.manager import AsyncKernelManager
-from papermill.engines import NBClientEngine, papermill_engines
 
-__all__ = ["KERNEL_NAME", "ENGINE_NAME", "ThisPythonKernelManager", "ThisPythonEngine", "execute_notebook",
-           "encrypts_transport"]
+__all__ = ["KERNEL_NAME", "ENGINE_NAME", "ThisPythonKernelManager", "execute_notebook", "encrypts_transport"]
 
 #: The kernel the notebooks name in their metadata (ipykernel's native kernel).
 KERNEL_NAME = NATIVE_KERNEL_NAME
-#: The papermill engine that runs notebooks on :class:`ThisPythonKernelManager`.
+#: The papermill engine that runs notebooks on :class:`ThisPythonKernelManager`
+#: (:class:`paged.experiments.notebook.papermill_engine.ThisPythonEngine`).
 ENGINE_NAME = "paged"
 
 
@@ -74,19 +77,6 @@ class ThisPythonKernelManager(AsyncKernelManager):
         return super().kernel_spec
 
 
-class ThisPythonEngine(NBClientEngine):
-    """Papermill's nbclient engine on :class:`ThisPythonKernelManager` (papermill ``--engine paged``)."""
-
-    @classmethod
-    def execute_managed_notebook(cls, nb_man, kernel_name, **kwargs):
-        """Execute ``nb_man``'s notebook as :class:`NBClientEngine` does, on this interpreter's kernel."""
-        kwargs.setdefault("kernel_manager_class", ThisPythonKernelManager)
-        return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
-
-
-papermill_engines.register(ENGINE_NAME, ThisPythonEngine)
-
-
 def execute_notebook(notebook: str | Path, output: str | Path, parameters: dict | None = None, *,
                      cwd: str | Path | None = None, kernel: str | None = None, **kwargs):
     """Run ``notebook`` with papermill into ``output`` on this interpreter's kernel.
@@ -106,7 +96,11 @@ def execute_notebook(notebook: str | Path, output: str | Path, parameters: dict 
         papermill.PapermillExecutionError: a cell raised (``output`` holds the notebook up to it).
     """
     import papermill as pm
+    from papermill.engines import papermill_engines
 
+    from paged.experiments.notebook.papermill_engine import ThisPythonEngine
+
+    papermill_engines.register(ENGINE_NAME, ThisPythonEngine)  # also where the entry points are not installed
     kwargs.setdefault("progress_bar", False)
     return pm.execute_notebook(str(notebook), str(output), parameters=parameters or {},
                                cwd=str(cwd if cwd is not None else Path(notebook).parent),

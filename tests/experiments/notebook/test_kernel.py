@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -17,6 +18,7 @@ from paged.experiments.notebook.kernel import (KERNEL_NAME, ThisPythonKernelMana
                                                execute_notebook)
 
 WARNING = "without encryption"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _print_executable(path):
@@ -45,6 +47,21 @@ def test_python3_is_this_interpreter_even_where_another_one_is_registered(foreig
     assert ThisPythonKernelManager(kernel_name="python3").kernel_spec.argv[0] == sys.executable
     out = execute_notebook(_print_executable(tmp_path / "nb.ipynb"), tmp_path / "out.ipynb", cwd=tmp_path)
     assert out.cells[0].outputs[0]["text"].strip() == sys.executable
+
+
+@pytest.mark.parametrize("first", ["paged.experiments.notebook.kernel", "papermill"])
+def test_the_engine_imports_in_either_order(first, tmp_path):
+    """Papermill loads its entry points' engines while it is imported; neither order is circular.
+    (From an empty folder: a stale ``paged.egg-info`` of the checkout would hide the entry point.)"""
+    other = "papermill" if first != "papermill" else "paged.experiments.notebook.kernel"
+    code = (f"import {first}, {other}\nfrom papermill.engines import papermill_engines as e\n"
+            "from paged.experiments.notebook.kernel import ENGINE_NAME, execute_notebook\n"
+            "print(e.get_engine(ENGINE_NAME).__name__ if ENGINE_NAME in e._engines else 'not registered')")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() in ("ThisPythonEngine", "not registered")  # the latter: entry points not installed
 
 
 def test_other_kernel_names_are_looked_up_as_jupyter_does():
