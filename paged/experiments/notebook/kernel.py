@@ -96,12 +96,11 @@ def execute_notebook(notebook: str | Path, output: str | Path, parameters: dict 
         papermill.PapermillExecutionError: a cell raised (``output`` holds the notebook up to it).
     """
     import papermill as pm
-    from papermill.engines import papermill_engines
 
-    from paged.experiments.notebook.papermill_engine import ThisPythonEngine
-
-    papermill_engines.register(ENGINE_NAME, ThisPythonEngine)  # also where the entry points are not installed
     kwargs.setdefault("progress_bar", False)
+    # Papermill's default engine with this module's kernel manager: what engine "paged" does, and
+    # independent of whether the package's entry points are installed (a checkout on PYTHONPATH).
     return pm.execute_notebook(str(notebook), str(output), parameters=parameters or {},
                                cwd=str(cwd if cwd is not None else Path(notebook).parent),
-                               kernel_name=kernel or KERNEL_NAME, engine_name=ENGINE_NAME, **kwargs)
+                               kernel_name=kernel or KERNEL_NAME, kernel_manager_class=ThisPythonKernelManager,
+                               **kwargs)
