@@ -11,8 +11,9 @@ EXECUTED_NOTEBOOKS := $(patsubst notebooks/%,$(EXECUTED)/%,$(NOTEBOOKS))
 FIGURES := figures
 # What an executed notebook depends on besides itself: the package and its data.
 SOURCES := $(shell find paged data -type f \( -name '*.py' -o -name '*.csv' \) 2>/dev/null)
-# The project's Jupyter kernel (installed by `make venv`); tests fall back to python3 without it.
-KERNEL := paged
+# Notebooks run on this environment's own python3 kernel: papermill's engine "paged"
+# (paged/experiments/notebook/papermill_engine.py, registered by the package's entry points).
+PAPERMILL := $(VENV)/bin/papermill --engine paged --kernel python3 --no-progress-bar
 # JupyterLab refuses to start as root without --allow-root (containers, CI).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # Threads for torch inside notebooks and tests (the reference machine has 2 cores).
@@ -22,7 +23,7 @@ export PYTHONHASHSEED := 0
 SHARED ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-engine-step bench-workloads gpu-check model clean
+.PHONY: help venv test quick reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-engine-step bench-workloads gpu-check model clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -31,13 +32,15 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev]"
-	$(PY) -m ipykernel install --sys-prefix --name paged --display-name "Python (paged)" > /dev/null
 	@touch $@
 
 venv: $(STAMP) ## Create .venv and install the project with its dev extra
 
 test: $(STAMP) ## Run the whole test suite (unit, property, kernel, notebooks)
 	$(PY) -m pytest -n 2 -q
+
+quick: $(STAMP) ## Check an installation: every notebook with small parameters into build/quick/ (figures/ untouched)
+	$(PY) -m paged.experiments.notebook.quick --notebooks notebooks --out build/quick
 
 reproduce: $(FIGURES)/MANIFEST.json ## Regenerate every figure from the shipped data (executed notebooks -> build/; -j2 runs two at once), then README.md's claims table
 	@echo "figures in $(FIGURES)/ (provenance in $(FIGURES)/MANIFEST.json), executed notebooks in $(EXECUTED)/"
@@ -47,7 +50,7 @@ reproduce: $(FIGURES)/MANIFEST.json ## Regenerate every figure from the shipped 
 $(EXECUTED)/%.ipynb: notebooks/%.ipynb $(SOURCES) | $(STAMP)
 	@mkdir -p $(@D)/partial $(FIGURES)
 	@echo "== $*"; start=$$(date +%s); \
-	$(VENV)/bin/papermill --cwd notebooks --kernel $(KERNEL) --no-progress-bar $< $(@D)/partial/$(@F) \
+	$(PAPERMILL) --cwd notebooks $< $(@D)/partial/$(@F) \
 		-p output_dir ../$(FIGURES) && mv $(@D)/partial/$(@F) $@ && echo "   $* done in $$(( $$(date +%s) - start )) s"
 
 $(FIGURES)/MANIFEST.json: $(EXECUTED_NOTEBOOKS)

@@ -20,15 +20,15 @@ __all__ = ["atomic_path", "write_text", "write_bytes"]
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path in ``path``'s folder (same suffix, so tools that read the format from
-    the name still work); when the block ends normally it replaces ``path``; on any exception it is
+    """Yield a temporary path in ``path``'s folder (``.NAME.XXXX.tmp.SUFFIX``: it ends in ``path``'s
+    suffix, so tools that read the format from the name, papermill among them, still work); when the block ends normally it replaces ``path``; on any exception it is
     removed and ``path`` is left as it was. The folder must exist. O(1) beyond the write itself.
 
     Raises:
         whatever the block raises (after the clean-up); OSError if the rename fails.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f"{path.suffix}.tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)

@@ -303,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     nbs.add_argument("--backend", default="loky", choices=("loky", "dask", "ray"),
                      help="loky: this machine; dask / ray: a cluster (--address, or a local one on 127.0.0.1)")
     nbs.add_argument("--address", default=None, help="cluster address, e.g. tcp://scheduler:8786 (dask)")
-    nbs.add_argument("--kernel", default=None, help="Jupyter kernel (default: paged if installed, else python3)")
+    nbs.add_argument("--kernel", default=None, help="Jupyter kernel (default: python3, this interpreter's)")
     nbs.set_defaults(func=_sweep_notebook)
 
     man = sub.add_parser("manifest", help="write figures/MANIFEST.json from executed notebooks")

@@ -57,7 +57,7 @@ def test_interrupted_rename_of_a_figure_leaves_the_old_files(tmp_path, monkeypat
     assert {ext: p.read_bytes() for ext, p in paths.items()} == before
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["fig.csv", "fig.pdf",
                                                                                           "fig.png"]
-    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
 
 
 def test_saving_a_figure_keeps_the_manifest_true(tmp_path):

@@ -18,6 +18,15 @@ def test_environment_yml_installs_the_project_with_its_dev_extra():
     assert sorted(conda_pkgs) == ["pip", "python=3.11"], "packages belong in pyproject.toml"
 
 
+def test_make_venv_installs_nothing_the_conda_environment_lacks():
+    """make venv's recipe is the same install (the project with its dev extra) and nothing besides,
+    e.g. no Jupyter kernel registered only there: the notebooks name ``python3``, which both have."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("$(STAMP): pyproject.toml\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    steps = [line.strip() for line in recipe if line.strip() and not line.strip().startswith(("@test", "@touch"))]
+    assert steps == ["$(PY) -m pip install --quiet --upgrade pip", '$(PY) -m pip install --quiet -e ".[dev]"']
+
+
 def test_pyproject_supports_environment_python_and_pins_cpu_torch():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["requires-python"].startswith(">=3.")

@@ -5,7 +5,10 @@ tables and figures. Notebooks hold parameters, a few calls into these modules an
 Layout (which file holds what):
 
 * ``notebook/`` (infrastructure, imports no notebook package): ``parameters.py`` (papermill
-  parameter checks, the project's kernel), ``plotting.py`` (figure style, saving, metadata),
+  parameter checks), ``kernel.py`` (the kernel notebook runs start: this interpreter's),
+  ``papermill_engine.py`` (papermill ``--engine paged``), ``progress.py`` (progress bars of long
+  steps), ``outputs.py`` (what an executed notebook must not hold), ``quick.py`` (``make quick``),
+  ``plotting.py`` (figure style, saving, metadata),
   ``manifest.py`` (the figures a run wrote), ``report.py`` (the report of executed notebooks),
   ``claims.py`` (README.md's claims table from the figures' CSVs), ``tables.py`` (tables shown whole),
   ``sweep.py`` (papermill sweeps, parallel jobs), ``paper.py`` (every number of the paper the

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from paged.experiments.notebook.parameters import project_kernel
+from paged.experiments.notebook.kernel import KERNEL_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "build" / "browser"
@@ -60,8 +60,6 @@ def lab(tmp_path):
         pytest.skip("no headless browser: install Debian's chromium and chromium-driver "
                     "(apt-get install -y chromium chromium-driver; .ci/run does)")
     pytest.importorskip("selenium", reason="selenium is missing: pip install -e '.[dev]'")
-    if project_kernel() != "paged":
-        pytest.skip("the project's kernel 'paged' is not installed (make venv installs it)")
     (tmp_path / "notebooks").mkdir()
     shutil.copy(ROOT / "notebooks" / "00_tour.ipynb", tmp_path / "notebooks")
     settings = tmp_path / "settings" / "@jupyterlab" / "notebook-extension"
@@ -214,7 +212,7 @@ def test_tour_runs_its_controls_are_usable_and_a_dragged_slider_redraws_its_figu
     driver = _browser(tmp / "chromium-profile")
     try:
         driver.get(f"{url}/lab/tree/00_tour.ipynb?token={token}")
-        assert _wait(driver, "the notebook and its kernel", lambda: driver.execute_script(_KERNEL_READY), 180) == "paged"
+        assert _wait(driver, "the notebook and its kernel", lambda: driver.execute_script(_KERNEL_READY), 180) == KERNEL_NAME
         driver.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells')")
         state = _wait(driver, "every cell to run", lambda: (lambda s: s if s["executed"] == s["code"]
                       and s["kernel"] == "idle" and s["images"] >= 6 else None)(driver.execute_script(_STATE)), 240)

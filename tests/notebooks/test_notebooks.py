@@ -1,8 +1,10 @@
-"""Every notebook runs top to bottom under papermill with tiny parameters, on the project's kernel.
+"""Every notebook runs top to bottom under papermill with tiny parameters, on this interpreter's kernel.
 
-Also: notebooks are committed without outputs, the first code cell is tagged ``parameters``,
-every parameter has a type papermill can show, an executed notebook holds each of its figures as
-an image, and an unknown papermill parameter is refused with an error naming it.
+Also: notebooks are committed without outputs and name the ``python3`` kernel, the first code cell
+is tagged ``parameters``, every parameter has a type papermill can show, an executed notebook holds
+each of its figures as an image and nothing that looks broken (no stderr, no unfinished progress
+bar, no stray repr: :func:`paged.experiments.notebook.outputs.output_problems`), and an unknown
+papermill parameter is refused with an error naming it.
 """
 
 import ast
@@ -14,41 +16,24 @@ import nbformat
 import papermill as pm
 import pytest
 
-from paged.experiments.notebook.parameters import project_kernel
+from paged.experiments.notebook.kernel import KERNEL_NAME, execute_notebook
+from paged.experiments.notebook.outputs import output_problems
 from paged.experiments.notebook.plotting import FIGURE_METADATA_KEY
+from paged.experiments.notebook.quick import QUICK_PARAMETERS
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
-KERNEL = project_kernel()  # "paged" (make venv installs it), else python3
 #: Notebooks whose parameters carry type annotations (``name: type = value  # help``).
 TYPED = {"00_tour", "01_fragmentation", "02_sharing", "03_throughput", "04_kernel", "05_engine", "06_today"}
 
-#: Tiny parameters per notebook: seconds, not minutes.
-TINY = {
-    "00_tour": {"sched_num_requests": 6},
-    "01_fragmentation": {"num_requests": 300, "block_sizes": [8, 16], "kv_cache_gib": 2.0},
-    "02_sharing": {"num_requests": 40, "saturated_requests": 200, "saving_num_requests": 40, "widths": [2], "systems": ["paged", "orca-oracle"],
-                   "rate_fractions": [0.5, 1.0], "saving_traces": ["alpaca"], "engine_num_requests": 2,
-                   "demo_num_requests": 4, "demo_max_tokens": 2, "demo_rounds": 1, "workers": 1},
-    "03_throughput": {"models": ["opt-13b"], "traces": ["sharegpt"], "curve_fractions": [0.5], "thresholds": [0.2],
-                      "duration_scale": {"sharegpt": 0.02, "alpaca": 0.02, "sharegpt-chat": 0.02},
-                      "cpu_scales": [2.0], "saturated_requests": 200, "block_sizes": [8, 16], "workers": 1},
-    "04_kernel": {"device": "cpu", "context_lens": [16, 64], "batch_sizes": [2], "num_heads": 8,
-                  "num_kv_heads": 8, "head_size": 64, "repeats": 1},
-    "05_engine": {"num_requests": 6, "kv_cache_tokens": 2048, "rounds": 1, "validation_requests": 6,
-                  "validation_fractions": [0.5], "sharing_num_requests": 2, "sharing_max_tokens": 4, "widths": [2],
-                  "profile_batch_sizes": [1, 2]},
-    "06_today": {"models": ["opt-13b", "llama-3.1-8b", "gemma-2b"], "pairs": ["opt-13b", "gemma-2b@1xl4:2048"],
-                 "long_pairs": {"gemma-2b@1xl4:8192": "sharegpt-8k"}, "breakdown_requests": 100, "min_duration": 5.0,
-                 "saturated_requests": 60, "rel_tol": 0.2, "workers": 1},
-}
+#: Tiny parameters per notebook: seconds, not minutes (the sets `make quick` runs).
+TINY = QUICK_PARAMETERS
 
 
 def _execute(nb: Path, tmp_path: Path, **params):
     out = tmp_path / nb.name
     figures = tmp_path / "figures"
-    pm.execute_notebook(str(nb), str(out), parameters={**params, "output_dir": str(figures)},
-                        cwd=str(nb.parent), kernel_name=KERNEL, progress_bar=False)
+    execute_notebook(nb, out, {**params, "output_dir": str(figures)})
     return out, figures
 
 
@@ -64,6 +49,8 @@ def test_committed_clean(nb):
     code = [c for c in data["cells"] if c["cell_type"] == "code"]
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "outputs committed"
     assert "parameters" in code[0]["metadata"].get("tags", []), "first code cell must be tagged parameters"
+    # The kernel every environment with ipykernel has (a wheel install, conda, make venv), not a named one.
+    assert data["metadata"]["kernelspec"]["name"] == KERNEL_NAME == "python3"
 
 
 @pytest.mark.slow
@@ -87,6 +74,7 @@ def test_runs_with_tiny_parameters(nb, tmp_path):
 
     for stem, png in shown.items():
         assert base64.b64decode(png) == (figures / f"{stem}.png").read_bytes()
+    assert output_problems(executed) == [], "the executed notebook must read like a finished paper section"
 
 
 def test_unknown_parameter_is_refused(tmp_path):
@@ -186,6 +174,6 @@ def test_a_kernel_keeps_its_inline_backend(tmp_path):
         metadata={"language_info": {"name": "python"}})
     path = tmp_path / "backend.ipynb"
     nbformat.write(nb, path)
-    pm.execute_notebook(str(path), str(path), kernel_name=KERNEL, progress_bar=False)
+    execute_notebook(path, path)
     out = nbformat.read(str(path), as_version=4).cells[0].outputs[0]["text"]
     assert "inline" in out, out

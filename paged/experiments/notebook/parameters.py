@@ -35,7 +35,7 @@ import math
 import types
 import typing
 
-__all__ = ["record_parameters", "check_parameters", "checked_parameters", "project_kernel", "trace_choices",
+__all__ = ["record_parameters", "check_parameters", "checked_parameters", "trace_choices",
            "UnknownParameterError", "ParameterTypeError", "ParameterValueError"]
 
 _KEY = "__paged_declared_parameters__"
@@ -332,11 +332,3 @@ def checked_parameters() -> dict:
     (JSON-safe: ``inf`` as the string ``"inf"``), or ``{}``; :func:`paged.experiments.notebook.plotting.save_figure`
     records them with each figure."""
     return dict(_CHECKED)
-
-
-def project_kernel() -> str:
-    """The Jupyter kernel notebooks run on: ``"paged"`` (installed by ``make venv``) if this
-    environment has it, else ``"python3"``."""
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    return "paged" if "paged" in KernelSpecManager().find_kernel_specs() else "python3"

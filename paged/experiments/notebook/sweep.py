@@ -31,7 +31,13 @@ __all__ = ["run_jobs", "cluster", "parameter_grid", "check_parameter_names", "ru
 
 
 def run_jobs(fn, jobs: list[dict], *, workers: int = 2, desc: str = "sweep") -> list:
-    """``fn(**job)`` for every job, in order, on the active joblib backend, with a tqdm bar.
+    """``fn(**job)`` for every job, in order, on the active joblib backend, with one progress bar
+    (:func:`paged.experiments.notebook.progress.progress`: none inside another step's bar).
+
+    Jobs in worker processes run without bars; what they print (stdout, stderr) and the
+    warnings they raise come back with their results and are shown here, in job order, once
+    each (this process's warning filters apply), instead of reaching a notebook as interleaved
+    stderr lines of other processes.
 
     Args:
         fn: an importable (picklable) function.
@@ -51,16 +57,61 @@ def run_jobs(fn, jobs: list[dict], *, workers: int = 2, desc: str = "sweep") -> 
     from joblib import Parallel, delayed
     from joblib._parallel_backends import LokyBackend
     from joblib.parallel import get_active_backend
-    from tqdm.auto import tqdm
+
+    from paged.experiments.notebook.progress import progress
 
     backend, n_jobs = get_active_backend()
     local = isinstance(backend, LokyBackend)
-    if local and workers <= 1:
-        return [fn(**job) for job in tqdm(jobs, desc=desc)]
-    return_as = "generator" if backend.supports_return_generator else "list"
-    results = Parallel(n_jobs=workers if local else (n_jobs or -1), return_as=return_as)(
-        delayed(fn)(**job) for job in jobs)
-    return list(tqdm(results, total=len(jobs), desc=desc))
+    results = []
+    with progress(len(jobs), desc) as bar:
+        if local and workers <= 1:
+            for job in jobs:
+                results.append(fn(**job))
+                bar.update()
+            return results
+        return_as = "generator" if backend.supports_return_generator else "list"
+        for result, stdout, stderr, caught in Parallel(n_jobs=workers if local else (n_jobs or -1),
+                                                       return_as=return_as)(
+                delayed(_in_worker)(fn, job) for job in jobs):
+            _replay(stdout, stderr, caught)
+            results.append(result)
+            bar.update()
+    return results
+
+
+def _in_worker(fn, job: dict):
+    """``fn(**job)`` in a worker process, without progress bars; returns ``(result, stdout text,
+    stderr text, warnings)`` (each warning as ``(message, category, filename, lineno)``)."""
+    import io
+    import warnings
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from paged.experiments.notebook.progress import quiet
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err), quiet(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # every warning comes back; this process's filters pick
+        result = fn(**job)
+    return result, out.getvalue(), err.getvalue(), [(str(w.message), w.category, w.filename, w.lineno)
+                                                    for w in caught]
+
+
+def _replay(stdout: str, stderr: str, caught: list) -> None:
+    """Show a worker's output here: its text on this process's stdout and stderr, its warnings
+    through this process's filters (so each is shown once, as a warning of this process would be)."""
+    import sys
+    import warnings
+
+    if stdout:
+        sys.stdout.write(stdout)
+    if stderr:
+        sys.stderr.write(stderr)
+    for message, category, filename, lineno in caught:
+        warnings.warn_explicit(message, category, filename, lineno, registry=_WORKER_WARNINGS)
+
+
+#: Warnings of workers already shown (``warnings.warn_explicit``'s registry: "default" shows each once).
+_WORKER_WARNINGS: dict = {}
 
 
 @contextmanager
@@ -140,7 +191,8 @@ def parameter_grid(spec) -> list[dict]:
 
 
 def run_notebook(notebook: str, output: str, parameters: dict, kernel: str | None = None) -> dict:
-    """Execute ``notebook`` with papermill into ``output`` (cwd: the notebook's folder).
+    """Execute ``notebook`` with papermill into ``output`` (cwd: the notebook's folder) on ``kernel``
+    (None: this interpreter's, :func:`paged.experiments.notebook.kernel.execute_notebook`).
 
     A failing notebook does not raise: its error is returned, so one bad parameter set does not
     lose the other runs of a sweep. ``output`` appears only when the run ends (with its error or
@@ -151,7 +203,7 @@ def run_notebook(notebook: str, output: str, parameters: dict, kernel: str | Non
     """
     import papermill as pm
 
-    from paged.experiments.notebook.parameters import project_kernel
+    from paged.experiments.notebook.kernel import execute_notebook
 
     start = time.perf_counter()
     error = None
@@ -159,8 +211,7 @@ def run_notebook(notebook: str, output: str, parameters: dict, kernel: str | Non
     # so an interrupted run leaves no half-executed notebook under the run's name.
     with atomic_path(output) as tmp:
         try:
-            pm.execute_notebook(notebook, str(tmp), parameters=parameters, cwd=str(Path(notebook).parent),
-                                kernel_name=kernel or project_kernel(), progress_bar=False)
+            execute_notebook(notebook, tmp, parameters, kernel=kernel)
         except pm.PapermillExecutionError as err:  # a complete notebook that shows its error: kept
             error = f"{err.ename}: {err.evalue}"
     return {"output": output, "seconds": time.perf_counter() - start, "error": error}

@@ -6,11 +6,10 @@ import re
 from pathlib import Path
 
 import nbformat
-import papermill as pm
 import pytest
 
+from paged.experiments.notebook.kernel import execute_notebook
 from paged.experiments.notebook.manifest import build_manifest, write_manifest
-from paged.experiments.notebook.parameters import project_kernel
 from paged.experiments.notebook.report import build_report
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -44,8 +43,7 @@ def executed(tmp_path_factory):
     figures, out = tmp / "figures", tmp / "executed"
     out.mkdir()
     for nb, params in ((ROOT / "notebooks" / "00_tour.ipynb", {"sched_num_requests": 6}), (small, {"requests": 5})):
-        pm.execute_notebook(str(nb), str(out / nb.name), parameters={**params, "output_dir": str(figures)},
-                            cwd=str(nb.parent), kernel_name=project_kernel(), progress_bar=False)
+        execute_notebook(nb, out / nb.name, {**params, "output_dir": str(figures)})
     return sorted(out.glob("*.ipynb")), figures
 
 
