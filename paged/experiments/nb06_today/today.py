@@ -7,10 +7,14 @@ the same scheduler, KV cache managers and cost model as notebooks 01–03:
 
 * :func:`kv_table`: KV bytes per token and per 2K-token request of each model (§3's arithmetic);
 * :func:`memory_breakdown`: Fig. 2's breakdown of KV memory for a GQA model on a server;
-* :func:`gain_table`: paged ÷ Orca (Oracle, Max) sustained rates for model × server pairs
-  (:func:`paged.experiments.serving.sustained_rate`), with what bounds each system there: the batch
-  each reaches at its sustained rate, the batch at which a decode step turns compute bound on that
-  GPU (:func:`compute_bound_batch`) and how many max-length sequences the KV cache holds;
+* :func:`gain_table`: paged ÷ Orca (Oracle, Max) sustained rates for model × server pairs at paper-length
+  runs (:func:`paged.experiments.serving.sustained_rate`, started from a bracket that a short search
+  guesses), with what bounds each system, measured on the iterations of its saturated run
+  (:mod:`paged.experiments.nb06_today.iteration_bounds`): the decode batches it reaches, the shares of
+  its GPU time that are compute bound, in prefills, in KV reads and in host costs; beside them the
+  batch at which a decode step turns compute bound on that GPU (:func:`compute_bound_batch`) and how
+  many max-length sequences the KV cache holds;
+* :func:`run_table`: every paper-length run of those searches, its arrival span and whether it converged;
 * :func:`verdicts`: the generated table saying where paging's gain grows, shrinks or vanishes against
   the paper's setup (OPT-13B on one A100-40GB), and the measured reason.
 
@@ -34,8 +38,9 @@ from paged.sim.deployment import get_model_spec
 from paged.sim.simulator import simulate
 from paged.workloads import get_trace
 
-__all__ = ["MODELS", "PAIRS", "LONG_PAIRS", "REFERENCE", "kv_table", "memory_breakdown", "compute_bound_batch",
-           "gain_table", "verdicts", "plot_kv_bytes", "plot_gains"]
+__all__ = ["MODELS", "PAIRS", "LONG_PAIRS", "REFERENCE", "SYSTEMS", "BOUND_COLUMNS", "SAME_BATCH", "COMPUTE_BOUND",
+           "kv_table", "memory_breakdown", "compute_bound_batch", "gain_table", "run_table", "verdicts", "plot_kv_bytes",
+           "plot_gains"]
 
 #: Models of the KV table: the paper's three OPT sizes and the shipped configs.
 MODELS = ("opt-13b", "opt-66b", "opt-175b", "llama-3.1-8b", "mistral-7b-v0.3", "qwen2.5-7b", "gemma-2b",
