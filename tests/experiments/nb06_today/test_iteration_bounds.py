@@ -40,3 +40,17 @@ def test_bound_profile_is_the_saturated_run_of_simulate_point():
     assert prof["max_decode_batch"] <= cap.num_kv_slots // cap.model.max_seq_len  # Orca (Max)'s reservations
     for key in ("prefill_share", "compute_bound_share", "context_share", "host_share"):
         assert 0 <= prof[key] <= 1
+
+
+@pytest.mark.parametrize("system", ["paged", "orca-oracle"])
+def test_recorder_prices_every_iteration_of_a_run(system):
+    # the simulator's fast-forwarded decode runs price each iteration through decode_time: the tally is the run's
+    # busy time (this run has no swaps or copies, which the tally leaves out)
+    from paged.experiments.serving import cost_model_for, run_system
+    from paged.experiments.serving.run_length import long_trace
+
+    rec = BoundRecorder.of(cost_model_for("opt-13b", system))
+    result = run_system(long_trace("sharegpt", math.inf, 120, 0, tokenizer="cl100k"), system, rec)
+    assert result.cow_blocks == 0 and result.kv_copy_tokens == 0
+    assert rec.tally["seconds"] == pytest.approx(result.busy_seconds, rel=1e-9)
+    assert rec.tally["decode_iterations"] == result.num_iterations - result.num_prefill_iterations
