@@ -28,7 +28,8 @@ Layout (which file holds what):
 * ``nb04_kernel/``: ``kernel.py`` (Fig. 18a runs, roofline, figure);
 * ``nb05_engine/``: ``engine.py`` (interleaved rounds on the real-model engine),
   ``hf_baselines.py``, ``engine_profile.py``, ``validation.py`` (the simulator checked against the engine);
-* ``nb06_today/``: ``today.py`` (today's GQA / MQA models on A100, H100, H200 and L4).
+* ``nb06_today/``: ``today.py`` (today's GQA / MQA models on A100, H100, H200 and L4),
+  ``iteration_bounds.py`` (what bounds a run's iterations: compute, prefills, KV reads, host).
 
 Notebook packages import the infrastructure, ``serving`` and (without cycles) one another.
 """

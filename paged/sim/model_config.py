@@ -61,8 +61,11 @@ PUBLISHED_PARAMS: dict[str, tuple[float, str]] = {
                                 "524,550,144 embedding + 1,981,884,416 non-embedding parameters"),
 }
 
+#: Bytes per element of a config's ``torch_dtype`` (IEEE 754 half, bfloat16 and single precision).
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float": 4, "half": 2}
-#: Architectures whose attention projections carry biases whatever ``attention_bias`` says.
+#: Architectures whose attention projections carry biases whatever ``attention_bias`` says. Source:
+#: transformers' ``Qwen2Attention`` (``modeling_qwen2.py``) builds ``q_proj``, ``k_proj`` and ``v_proj`` with
+#: ``bias=True`` and ``o_proj`` without, from no config field.
 _QKV_BIAS = {"qwen2"}
 
 

@@ -42,8 +42,9 @@ QUICK_PARAMETERS: dict[str, dict] = {
                   "validation_fractions": [0.5], "sharing_num_requests": 2, "sharing_max_tokens": 4, "widths": [2],
                   "profile_batch_sizes": [1, 2]},
     "06_today": {"models": ["opt-13b", "llama-3.1-8b", "gemma-2b"], "pairs": ["opt-13b", "gemma-2b@1xl4:2048"],
-                 "long_pairs": {"gemma-2b@1xl4:8192": "sharegpt-8k"}, "breakdown_requests": 100, "min_duration": 5.0,
-                 "saturated_requests": 60, "rel_tol": 0.2, "workers": 1},
+                 "long_pairs": {"gemma-2b@1xl4:8192": "sharegpt-8k"}, "breakdown_requests": 100, "duration_scale": 0.002,
+                 "guess_duration": 5.0, "saturated_requests": 60, "rel_tol": 0.2, "sensitivity_pairs": ["gemma-2b@1xl4:2048"],
+                 "workers": 1},
 }
 
 
