@@ -78,7 +78,8 @@ sweep: $(if $(and $(NB),$(GRID)),$(STAMP)) ## One notebook per parameter set: ma
 lab: $(STAMP) ## JupyterLab on 127.0.0.1 at the repository root (figures/, build/ one click away), the tour open
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks/00_tour.ipynb \
 		--LabApp.app_settings_dir=$(CURDIR)/.jupyter/lab/settings --LabApp.news_url=None \
-		--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate --ip=127.0.0.1 --no-browser $(ALLOW_ROOT)
+		--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
+		--KernelManager.transport_encryption=auto --ip=127.0.0.1 --no-browser $(ALLOW_ROOT)
 
 data: $(STAMP) ## Rebuild every derived trace in data/ (ShareGPT package + SHARED=../shared/data: Alpaca, WMT16)
 	$(PY) -m paged traces --out-dir data --shared-data $(SHARED)

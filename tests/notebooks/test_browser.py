@@ -73,7 +73,8 @@ def lab(tmp_path):
     args = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path / 'notebooks'}",
             "--LabApp.expose_app_in_browser=True", f"--LabApp.app_settings_dir={ROOT / '.jupyter' / 'lab' / 'settings'}",
-            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--KernelManager.transport_encryption=auto"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--allow-root")
     log = open(tmp_path / "lab.log", "w")
@@ -271,5 +272,7 @@ def test_tour_runs_its_controls_are_usable_and_a_dragged_slider_redraws_its_figu
             except StaleElementReferenceException:
                 time.sleep(0.5)
         assert driver.execute_script(_STATE)["errors"] == []
+        # make lab's kernels connect with CurveZMQ keys: no "running over TCP without encryption" warning
+        assert "without encryption" not in (tmp / "lab.log").read_text()
     finally:
         driver.quit()
