@@ -39,7 +39,7 @@ venv: $(STAMP) ## Create .venv and install the project with its dev extra
 test: $(STAMP) ## Run the whole test suite (unit, property, kernel, notebooks)
 	$(PY) -m pytest -n 2 -q
 
-reproduce: $(FIGURES)/MANIFEST.json ## Regenerate every figure from the shipped data (executed notebooks -> build/; -j2 runs two at once)
+reproduce: $(FIGURES)/MANIFEST.json ## Regenerate every figure from the shipped data (executed notebooks -> build/; -j2 runs two at once), then README.md's claims table
 	@echo "figures in $(FIGURES)/ (provenance in $(FIGURES)/MANIFEST.json), executed notebooks in $(EXECUTED)/"
 
 # One executed notebook: `make build/notebooks/01_fragmentation.ipynb` or `make nb NB=01`. It is written
@@ -52,6 +52,7 @@ $(EXECUTED)/%.ipynb: notebooks/%.ipynb $(SOURCES) | $(STAMP)
 
 $(FIGURES)/MANIFEST.json: $(EXECUTED_NOTEBOOKS)
 	$(PY) -m paged manifest --notebooks $(EXECUTED) --figures $(FIGURES)
+	$(PY) -m paged claims --figures $(FIGURES) --readme README.md
 
 nb: ## Run one notebook into build/notebooks/ and its figures into figures/: make nb NB=03
 	@test -n "$(NB)" || { echo "usage: make nb NB=01 (one of: $(notdir $(basename $(NOTEBOOKS))))"; exit 2; }

@@ -32,6 +32,7 @@ _LAZY = {
                     "paged.workloads"),
     "LLM": "paged.engine.llm",
     "SamplingParams": "paged.engine.sampling",
+    "shipped_model_path": "paged.engine.shipped_models",
     "paged_attention": "paged.kernels.attention",
     "simulate": "paged.sim.simulator",
     "get_cost_model": "paged.sim.cost_model",
@@ -39,7 +40,7 @@ _LAZY = {
 
 __all__ = ["BlockAllocator", "BlockTable", "LLM", "OutOfBlocksError", "PagedKVCacheManager", "Request",
            "SamplingParams", "Scheduler", "Sequence", "SequenceGroup", "SequenceStatus", "Trace", "get_cost_model",
-           "get_trace", "load_sharegpt", "load_trace", "paged_attention", "poisson_arrivals", "simulate"]
+           "get_trace", "load_sharegpt", "load_trace", "paged_attention", "poisson_arrivals", "shipped_model_path", "simulate"]
 
 
 def __getattr__(name: str):

@@ -9,6 +9,7 @@ Commands:
     sweep-notebook  run one notebook per parameter set (papermill), here or on a Dask / Ray cluster
     manifest        write figures/MANIFEST.json from the executed notebooks (make reproduce)
     report          one self-contained HTML report from the executed notebooks (make report)
+    claims          README.md's claims table from the figures' CSV files (make reproduce)
 
 The top of the package: it imports the layers below and nothing imports it but ``paged.bench``
 (for :func:`run_command` and the argument types).
@@ -179,18 +180,34 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _claims(args: argparse.Namespace) -> int:
+    from paged.experiments.notebook.claims import update_readme
+
+    differs = update_readme(args.readme, args.figures, check=args.check)
+    if args.check:
+        if differs:
+            print(f"{args.readme}: the claims table differs from {args.figures}/ (run `python -m paged claims`)",
+                  file=sys.stderr)
+        return 1 if differs else 0
+    print(f"{'rewrote' if differs else 'unchanged'}: the claims table of {args.readme}")
+    return 0
+
+
 def _sweep_notebook(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import yaml
 
-    from paged.experiments.notebook.sweep import cluster, parameter_grid, sweep_notebook
+    from paged.experiments.notebook.sweep import check_parameter_names, cluster, parameter_grid, sweep_notebook
 
     text = Path(args.grid).read_text() if Path(args.grid).is_file() else args.grid
     try:
         sets = parameter_grid(yaml.safe_load(text))
     except yaml.YAMLError as err:
         raise ValueError(f"--grid is not valid YAML: {err}") from None
+    if not Path(args.notebook).is_file():
+        raise FileNotFoundError(f"notebook {args.notebook!r} does not exist")
+    check_parameter_names(args.notebook, sets)  # a misspelled name fails before the cluster starts
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(cluster(args.backend, args.address, n_workers=args.workers))
@@ -210,9 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m paged", description="PagedAttention reproduction")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    frag = sub.add_parser("fragmentation", help="KV memory breakdown per system (Fig. 2)")
-    from paged.workloads import NAMED_TRACES
+    # choices from light modules only (no pandas, numpy or torch): `python -m paged --help` stays fast
+    from paged.systems import PAPER_SYSTEMS
+    from paged.workloads.trace_names import NAMED_TRACES
 
+    frag = sub.add_parser("fragmentation", help="KV memory breakdown per system (Fig. 2)")
     frag.add_argument("--trace", default="sharegpt",
                       help=f"{' | '.join(NAMED_TRACES)} | path to a length CSV or ShareGPT / Alpaca JSON")
     frag.add_argument("--tokenizer", default="gpt2",
@@ -230,10 +249,6 @@ def build_parser() -> argparse.ArgumentParser:
     frag.add_argument("--json", action="store_true", help="print exactly one JSON object")
     frag.set_defaults(func=_fragmentation)
 
-    from paged.experiments.serving import SYSTEMS
-    from paged.workloads.named import NAMED_TRACES
-
-
     sim = sub.add_parser("simulate", help="one simulated serving run (normalized latency, throughput, "
                          "KV blocks saved by sharing)")
     sim.add_argument("--model", default="opt-13b",
@@ -247,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="longest sequence served (tokens; default the model's max_position_embeddings)")
     sim.add_argument("--trace", default="sharegpt",
                      help=f"workload: {' | '.join(NAMED_TRACES)} | path to a length CSV or ShareGPT JSON")
-    sim.add_argument("--system", default="paged", choices=SYSTEMS, help="serving system")
+    sim.add_argument("--system", default="paged", choices=PAPER_SYSTEMS, help="serving system")
     sim.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s; inf: all at t=0)")
     sim.add_argument("--num-requests", type=count_or_all, default=1000,
                      help="requests sampled, or 'all' (every request of the trace; alpaca-synthetic: 1000 generated)")
@@ -300,6 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--notebooks", default="build/notebooks", help="folder of executed notebooks")
     rep.add_argument("--out", default="build/report.html", help="the HTML file to write")
     rep.set_defaults(func=_report)
+
+    cl = sub.add_parser("claims", help="write README.md's claims table from the figures' CSV files (make reproduce)")
+    cl.add_argument("--figures", default="figures", help="folder of the figure files")
+    cl.add_argument("--readme", default="README.md", help="the file whose claims table is rewritten")
+    cl.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 if the file's table differs from the figures'")
+    cl.set_defaults(func=_claims)
     return parser
 
 

@@ -143,3 +143,44 @@ def test_a_backend_that_is_not_installed_is_one_line(tmp_path, backend, module):
     assert out.stderr.startswith(f"error: --backend {backend}: ") and "pip install" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_help_builds_its_choices_without_pandas_numpy_or_torch():
+    """The parser's choices come from light modules; the heavy ones load only when a command runs."""
+    code = ("import sys; from paged.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('pandas', 'numpy', 'torch', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_help_starts_within_half_a_second_of_a_bare_interpreter():
+    """`python -m paged --help` against `python -c pass`, five interleaved rounds, medians: within
+    0.5 s of it, or (on a loaded machine, where both slow down alike) within 8× its time. Building
+    the choices from pandas took 20× a bare interpreter; the light modules take about 3×."""
+    import statistics
+    import time
+
+    def seconds(*args):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, *args], capture_output=True, check=True, timeout=120)
+        return time.perf_counter() - start
+
+    bare, helped = [], []
+    for _ in range(5):
+        bare.append(seconds("-c", "pass"))
+        helped.append(seconds("-m", "paged", "--help"))
+    overhead = statistics.median(h - b for h, b in zip(helped, bare))
+    ratio = statistics.median(helped) / statistics.median(bare)
+    assert overhead <= 0.5 or ratio <= 8, f"--help: {overhead:.2f} s over a bare interpreter, {ratio:.1f}× its time"
+
+
+def test_claims_check_names_a_stale_table(tmp_path):
+    from paged.experiments.notebook.claims import BEGIN, END
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{BEGIN}\nold\n{END}\n", encoding="utf-8")
+    out = run("claims", "--readme", str(readme), "--check")
+    assert out.returncode == 1 and "differs" in out.stderr
+    assert run("claims", "--readme", str(readme)).returncode == 0
+    assert run("claims", "--readme", str(readme), "--check").returncode == 0

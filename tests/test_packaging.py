@@ -54,3 +54,9 @@ def test_wheel_runs_without_a_checkout(tmp_path):
                          cwd=work, env=env, check=True, capture_output=True, text=True, timeout=300)
     result = json.loads(out.stdout)
     assert set(result) == {"orca-max", "orca-pow2", "orca-oracle", "paged"}
+    # the shipped model by its name, from the wheel's own files
+    code = ("from paged import LLM, SamplingParams, shipped_model_path; llm = LLM('paged-tiny', num_gpu_blocks=16); "
+            "print(shipped_model_path()); print(len(llm.generate(['User: hi'], SamplingParams(max_tokens=2))[0].outputs[0].token_ids))")
+    model = subprocess.run([python, "-c", code], cwd=work, env=env, check=True, capture_output=True, text=True,
+                           timeout=300).stdout.split()
+    assert model[0].startswith(site) and model[1] == "2"

@@ -7,7 +7,9 @@ prefix) only increments its reference count; the block returns to the free pool 
 count drops to zero.
 
 Cost: every per-block operation is O(1). The free pool is a Python list used as a stack
-(``pop`` / ``append``), and reference counts live in a flat list indexed by block id.
+(``pop`` / ``append``), and reference counts live in a flat list indexed by block id. A block
+table takes and returns its blocks in bulk (:meth:`BlockAllocator.allocate_blocks`,
+:meth:`BlockAllocator.free_blocks`): one Python call per table, not one per block.
 """
 
 from __future__ import annotations
@@ -91,6 +93,49 @@ class BlockAllocator:
             ) from None
         self._ref_counts[block_id] = 1
         return block_id
+
+    def allocate_blocks(self, num_blocks: int) -> list[int]:
+        """Take ``num_blocks`` free blocks at once, each with reference count 1: the same blocks, in
+        the same order, as that many :meth:`allocate` calls. O(num_blocks), one Python call.
+
+        All or nothing: if fewer blocks are free, nothing is taken.
+
+        Raises:
+            OutOfBlocksError: if fewer than ``num_blocks`` blocks are free.
+        """
+        free = self._free
+        if num_blocks > len(free):
+            raise OutOfBlocksError(f"need {num_blocks} free KV blocks, {len(free)} of {self._num_blocks} are free")
+        if num_blocks <= 0:
+            return []
+        taken = free[:-num_blocks - 1:-1]  # the stack's top first, as successive pops
+        del free[-num_blocks:]
+        ref_counts = self._ref_counts
+        for block_id in taken:
+            ref_counts[block_id] = 1
+        return taken
+
+    def free_blocks(self, block_ids: Iterable[int]) -> None:
+        """:meth:`free` each block of ``block_ids`` in order (a block table's blocks, tail first). O(1)
+        per block, one Python call.
+
+        Unchecked ids (the blocks come from a table, so they are in range); a block already free raises
+        as :meth:`free` does, after the blocks before it were freed.
+
+        Raises:
+            ValueError: on a double free.
+        """
+        ref_counts = self._ref_counts
+        free = self._free
+        for block_id in block_ids:
+            count = ref_counts[block_id]
+            if count == 1:
+                ref_counts[block_id] = 0
+                free.append(block_id)
+            elif count:
+                ref_counts[block_id] = count - 1
+            else:
+                raise ValueError(f"double free: physical block {block_id} is already free")
 
     def free(self, block_id: int) -> None:
         """Drop one reference to ``block_id``; at zero it returns to the free pool. O(1).

@@ -24,17 +24,41 @@ class BlockTable:
         allocator: the :class:`BlockAllocator` whose blocks this table holds.
 
     The table starts empty (no tokens, no blocks).
+
+    Raises:
+        TypeError: if ``allocator`` is not a :class:`BlockAllocator`.
     """
 
-    __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens")
+    # _capacity is len(_blocks) * block_size (token slots held), _last is _blocks[-1] (None while
+    # empty); _counts is the allocator's list of reference counts, read (never written) by the decode
+    # step's fast path to see that the last block is private. That fast path (grow_to's first test)
+    # is also inlined in PagedKVCacheManager.append_slots_in_order, the one reader of these fields
+    # outside this class.
+    __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens", "_capacity", "_last", "_counts")
 
     def __init__(self, allocator: BlockAllocator) -> None:
         if not isinstance(allocator, BlockAllocator):
             raise TypeError(f"BlockTable needs a BlockAllocator, got {type(allocator).__name__}")
         self._allocator = allocator
         self._block_size = allocator.block_size
+        self._counts = allocator._ref_counts
         self._blocks: list[int] = []
         self._num_tokens = 0
+        self._capacity = 0
+        self._last = None
+
+    @classmethod
+    def _over(cls, allocator: BlockAllocator, blocks: list[int], num_tokens: int) -> BlockTable:
+        """A table over ``blocks`` (owned, not copied) holding ``num_tokens`` tokens, unchecked. O(1)."""
+        table = cls.__new__(cls)
+        table._allocator = allocator
+        table._block_size = block_size = allocator.block_size
+        table._counts = allocator._ref_counts
+        table._blocks = blocks
+        table._num_tokens = num_tokens
+        table._capacity = len(blocks) * block_size
+        table._last = blocks[-1] if blocks else None
+        return table
 
     @classmethod
     def from_blocks(cls, allocator: BlockAllocator, blocks: list[int], num_tokens: int) -> BlockTable:
@@ -56,10 +80,7 @@ class BlockTable:
                 f"{num_tokens} tokens need {-(-num_tokens // allocator.block_size)} blocks "
                 f"of {allocator.block_size}, got {len(blocks)}"
             )
-        table = cls(allocator)
-        table._blocks = list(blocks)
-        table._num_tokens = num_tokens
-        return table
+        return cls._over(allocator, list(blocks), num_tokens)
 
     # -- read-only views --------------------------------------------------------------
     @property
@@ -96,10 +117,9 @@ class BlockTable:
         if num_tokens == 0:
             return 0
         blocks = self._blocks
-        block_size = self._block_size
-        if self._num_tokens + num_tokens <= len(blocks) * block_size and self._allocator.is_private(blocks[-1]):
+        if self._num_tokens + num_tokens <= self._capacity and self._counts[blocks[-1]] == 1:
             return 0  # fast path: fits in the private last block
-        needed = -(-(self._num_tokens + num_tokens) // block_size) - len(blocks)
+        needed = -(-(self._num_tokens + num_tokens) // self._block_size) - len(blocks)
         if self.needs_copy_on_write():
             needed += 1
         return needed
@@ -107,7 +127,7 @@ class BlockTable:
     @property
     def last_block(self) -> int | None:
         """Physical id of the last logical block (the only one ever written), or None if empty."""
-        return self._blocks[-1] if self._blocks else None
+        return self._last
 
     def needs_copy_on_write(self) -> bool:
         """True if the next token would land in a shared, partly filled last block (§4.4). O(1)."""
@@ -149,15 +169,50 @@ class BlockTable:
         if type(num_tokens) is not int:
             num_tokens = as_int(num_tokens, "a token count")
         have = self._num_tokens
-        blocks = self._blocks
-        # The decode step's common case, before any other work: the tokens fit in a private last block
-        # (the test _grow starts with, repeated here to save the call on the simulator's hottest path).
-        if have < num_tokens <= len(blocks) * self._block_size and self._allocator._ref_counts[blocks[-1]] == 1:
+        # The common case, before any other work: the tokens fit in a private last block (the test
+        # _grow starts with, repeated here to save the call).
+        if have < num_tokens <= self._capacity and self._counts[self._last] == 1:
             self._num_tokens = num_tokens
             return []
         if num_tokens < have:
             raise ValueError(f"cannot shrink a table of {have} tokens to {num_tokens}")
         return self._grow(num_tokens - have, strict=False)
+
+    def grow_to(self, num_tokens: int, copies: list[tuple[int, int]]) -> int:
+        """The decode step's append (:meth:`paged.block.PagedKVCacheManager.append_slots_in_order`):
+        room for ``num_tokens`` tokens in all if the allocator's free blocks cover it, the
+        copy-on-write pair (§4.4), if any, appended to ``copies``. O(1) plus the new blocks; a token
+        inside a private last block, or the first token past a full one, takes the short way.
+
+        Unchecked (the manager's hot path): ``num_tokens`` is an int, at least the tokens held.
+
+        Returns:
+            0 if the tokens fit in the private last block (only the token count changed); 1 if blocks
+            were taken (new blocks, a copy-on-write copy); -1 if the free blocks do not cover it
+            (nothing changed).
+        """
+        have = self._num_tokens
+        if have < num_tokens <= self._capacity and self._counts[self._last] == 1:
+            self._num_tokens = num_tokens
+            return 0
+        if have == self._capacity and have < num_tokens <= have + self._block_size:
+            # A block boundary: the last block is full (shared or not, it is never written again), so
+            # one new block and no copy; _grow's general case, in fewer steps.
+            try:
+                block = self._allocator.allocate()
+            except OutOfBlocksError:
+                return -1
+            self._blocks.append(block)
+            self._last = block
+            self._capacity += self._block_size
+            self._num_tokens = num_tokens
+            return 1
+        added = self._grow(num_tokens - have, strict=False)
+        if added is None:
+            return -1
+        if added:
+            copies.extend(added)
+        return 1
 
     def _grow(self, num_tokens: int, *, strict: bool) -> list[tuple[int, int]] | None:
         """The one body of :meth:`append_tokens` (``strict``: OutOfBlocksError when the free blocks do
@@ -170,9 +225,8 @@ class BlockTable:
         blocks = self._blocks
         block_size = self._block_size
         have = self._num_tokens
-        # is_private, inlined: this runs once per running sequence per decode step.
-        shared = bool(blocks) and allocator._ref_counts[blocks[-1]] > 1
-        if not shared and have + num_tokens <= len(blocks) * block_size:
+        shared = bool(blocks) and self._counts[blocks[-1]] > 1
+        if not shared and have + num_tokens <= self._capacity:
             self._num_tokens = have + num_tokens  # fast path: fits in the private last block
             return []
         cow = shared and needs_copy(have, block_size, 2)  # the first new token lands in a shared block
@@ -188,10 +242,12 @@ class BlockTable:
         copies: list[tuple[int, int]] = []
         if cow:
             copies.append(copy_on_write(allocator, blocks[-1]))  # the shared block keeps its other holders
-            blocks[-1] = copies[-1][1]
+            blocks[-1] = self._last = copies[-1][1]
         self._num_tokens = have + num_tokens
-        for _ in range(fresh):
-            blocks.append(allocator.allocate())
+        if fresh:
+            blocks += allocator.allocate_blocks(fresh)
+            self._capacity = len(blocks) * block_size
+            self._last = blocks[-1]
         return copies
 
     def fork(self) -> BlockTable:
@@ -199,23 +255,25 @@ class BlockTable:
 
         O(number of blocks). Used for parallel sampling and beam search (§4.4).
         """
-        child = BlockTable(self._allocator)
         self._allocator.share(self._blocks)
-        child._blocks = self._blocks.copy()
-        child._num_tokens = self._num_tokens
-        return child
+        return BlockTable._over(self._allocator, self._blocks.copy(), self._num_tokens)
 
     def free(self) -> None:
         """Release each of this table's blocks once, tail first, and empty the table.
 
         Freeing the tail first mirrors vLLM: with prefix caching, the least useful blocks
-        (the end of a sequence) are evicted first. Freeing an empty table does nothing.
+        (the end of a sequence) are evicted first. Freeing an empty table does nothing. O(blocks), one
+        allocator call (:meth:`~paged.block.BlockAllocator.free_blocks`).
+
+        Raises:
+            ValueError: if a block is already free (the table's bookkeeping was corrupted elsewhere);
+                the table then still lists its blocks.
         """
-        allocator = self._allocator
-        for block_id in reversed(self._blocks):
-            allocator.free(block_id)
+        self._allocator.free_blocks(reversed(self._blocks))
         self._blocks = []
         self._num_tokens = 0
+        self._capacity = 0
+        self._last = None
 
     # -- addressing -------------------------------------------------------------------
     def slot_mapping(self, start: int, end: int) -> list[int]:
@@ -237,6 +295,15 @@ class BlockTable:
         block_size = self._block_size
         blocks = self._blocks
         return [blocks[i // block_size] * block_size + i % block_size for i in range(start, end)]
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless the table covers its tokens with the fewest blocks and its cached
+        fields (slots held, last block) agree with its block list. O(1)."""
+        blocks = self._blocks
+        assert len(blocks) == -(-self._num_tokens // self._block_size), \
+            f"{len(blocks)} blocks for {self._num_tokens} tokens"
+        assert self._capacity == len(blocks) * self._block_size, f"capacity {self._capacity} for {len(blocks)} blocks"
+        assert self._last == (blocks[-1] if blocks else None), f"last block {self._last} != {blocks[-1:]}"
 
     def __repr__(self) -> str:
         return f"BlockTable(num_tokens={self._num_tokens}, blocks={self._blocks})"

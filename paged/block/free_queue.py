@@ -8,10 +8,11 @@ doubly linked list makes every operation O(1), the design vLLM V1 chose for the 
 indexed by block id (no node objects), with one sentinel id ``num_blocks`` that is both the head's
 predecessor and the tail's successor.
 
-Order: :meth:`FreeBlockQueue.popleft` takes the head. Blocks that hold no cached KV are pushed at the
-head (:meth:`push_front`: reused first), blocks that do are appended at the tail (:meth:`push_back`),
-so the head of the cached part is always the least recently freed cached block: the next one evicted
-(LRU).
+Order: :meth:`FreeBlockQueue.popleft` takes the head; :meth:`push_back` (and :meth:`extend`, many at
+once) appends at the tail, :meth:`push_front` inserts at the head. The prefix-caching allocator keeps
+its *evictable* blocks (free, still holding cached KV) here, appended as they are freed, so the head is
+always the least recently freed cached block: the next one evicted (LRU). Its free blocks without
+cached KV sit on a plain stack in front of this queue (handed out first, in O(1) without a call).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ class FreeBlockQueue:
     """Doubly linked queue of free block ids ``0 .. num_blocks - 1``; every operation O(1).
 
     Args:
-        num_blocks: blocks of the allocator (blocks, ≥ 1). The queue starts holding every block in
-            id order (block 0 at the head).
+        num_blocks: blocks of the allocator (blocks, ≥ 1).
+        filled: True (default): the queue starts holding every block in id order (block 0 at the
+            head); False: it starts empty.
 
     The caller guarantees that a block is pushed only when absent and removed only when present (the
     allocator knows from the block's reference count); these methods do not check it.
@@ -32,13 +34,17 @@ class FreeBlockQueue:
 
     __slots__ = ("_prev", "_next", "_sentinel", "_len")
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, *, filled: bool = True) -> None:
         s = num_blocks
         self._sentinel = s
-        # block i -> i + 1 (the last -> sentinel); sentinel -> block 0.
-        self._next = list(range(1, num_blocks + 1)) + [0]
-        self._prev = [s] + list(range(num_blocks))
-        self._len = num_blocks
+        if filled:  # block i -> i + 1 (the last -> sentinel); sentinel -> block 0.
+            self._next = list(range(1, num_blocks + 1)) + [0]
+            self._prev = [s] + list(range(num_blocks))
+            self._len = num_blocks
+        else:  # only the sentinel, linked to itself
+            self._next = [s] * (num_blocks + 1)
+            self._prev = [s] * (num_blocks + 1)
+            self._len = 0
 
     def __len__(self) -> int:
         return self._len
@@ -78,6 +84,20 @@ class FreeBlockQueue:
         nxt[block] = s
         prev[s] = block
         self._len += 1
+
+    def extend(self, blocks: list[int]) -> None:
+        """Append ``blocks`` at the tail in order (:meth:`push_back` each, in one call). O(len(blocks))."""
+        if not blocks:
+            return
+        nxt, prev = self._next, self._prev
+        last = prev[self._sentinel]
+        for block in blocks:
+            nxt[last] = block
+            prev[block] = last
+            last = block
+        nxt[last] = self._sentinel
+        prev[self._sentinel] = last
+        self._len += len(blocks)
 
     def push_front(self, block: int) -> None:
         """Insert ``block`` at the head (handed out next). O(1)."""

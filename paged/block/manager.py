@@ -43,8 +43,16 @@ __all__ = ["PagedKVCacheManager", "ceil_sum"]
 
 
 
+_RUNNING = SequenceStatus.RUNNING
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _position(seq_groups: list[SequenceGroup], group: SequenceGroup) -> int:
+    """Index of ``group`` (by identity) in ``seq_groups``. O(groups)."""
+    return next(i for i, g in enumerate(seq_groups) if g is group)
 
 
 class PagedKVCacheManager:
@@ -82,6 +90,7 @@ class PagedKVCacheManager:
         self._layouts: dict[int, list[int]] = {}  # seq_id -> its full blocks when preempted by recomputation
         self._reserved: dict[int, list[int]] = {}  # prefix_len -> pinned blocks of that reserved prefix
         self._chains = SequenceHashes(self.gpu_allocator) if enable_prefix_caching else None
+        self._next_full = self._chains.next_full if enable_prefix_caching else None
         self._memo: tuple | None = None  # the last prefill plan (see _plan)
         self._version = 0  # counts the changes to tables and cache (see _plan)
 
@@ -250,38 +259,58 @@ class PagedKVCacheManager:
     def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
         """:meth:`can_append_slots` then :meth:`append_slots` for each group in order, until a group
         does not fit: ``(groups done, copy-on-write pairs)`` (:class:`paged.core.KVCacheManager`; the
-        decode step's hot path). O(sequences); a sequence that stays inside its private last block
-        costs one O(1) table call."""
-        self._version += 1
+        decode step's hot path). O(sequences).
+
+        A running one-sequence group whose token fits in its private last block costs a few attribute
+        reads: the check of :meth:`~paged.block.BlockTable.grow_to`, inlined (the table is this
+        manager's, in this package); any other growth is one ``grow_to`` call. With prefix caching,
+        :meth:`~paged.block.sequence_hashes.SequenceHashes.register_full_blocks` runs only when a
+        block fills (:attr:`~paged.block.sequence_hashes.SequenceHashes.next_full`). A token that fits
+        in a private last block changes nothing a prefill plan reads, so only groups that take or
+        register blocks count a new version (see :meth:`_plan`)."""
         tables = self.block_tables
-        allocator = self.gpu_allocator
-        chains = self._chains
-        running = SequenceStatus.RUNNING
+        next_full = self._next_full
         copies: list[tuple[int, int]] = []
-        for done, group in enumerate(seq_groups):
-            seqs = group.seqs
-            if len(seqs) == 1:
-                seq = seqs[0]
-                table = tables[seq.seq_id]
-                if seq.status is not running:  # nothing to append (but a group that could not is stopped at)
-                    grow = seq.num_tokens - table.num_tokens
-                    if grow and table.num_new_blocks(grow) > allocator.num_free_blocks:
-                        return done, copies
-                    continue
-                added = table.try_grow_to(seq.prompt_len + seq.num_generated)
-                if added is None:
-                    return done, copies
-                if added:
-                    copies.extend(added)
-                if chains is not None:
-                    chains.register_full_blocks(seq, table)
+        for group in seq_groups:
+            try:
+                seq, = group.seqs  # the common case, one sequence (ValueError for several)
+            except ValueError:
+                if not self._append_group(group, copies):
+                    return _position(seq_groups, group), copies
+                continue
+            if seq.status is not _RUNNING:
+                if not self._append_group(group, copies):
+                    return _position(seq_groups, group), copies
+                continue
+            n = seq.prompt_len + seq.num_generated
+            table = tables[seq.seq_id]
+            if table._num_tokens < n <= table._capacity and table._counts[table._last] == 1:
+                table._num_tokens = n  # grow_to's fast path
             else:
-                if not self.can_append_slots(group):
-                    return done, copies
-                for seq in seqs:
-                    if seq.status is running:
-                        copies.extend(self.append_slots(seq))
+                if table.grow_to(n, copies) < 0:
+                    return _position(seq_groups, group), copies
+                self._version += 1
+            if next_full is not None and n >= next_full.get(seq.seq_id, n + 1):
+                self._version += 1
+                self._chains.register_full_blocks(seq, table)
         return len(seq_groups), copies
+
+    def _append_group(self, group: SequenceGroup, copies: list[tuple[int, int]]) -> bool:
+        """:meth:`append_slots_in_order` for a group of several sequences, or of one that is not running:
+        False if it does not fit (nothing changed), else True, its copy-on-write pairs added to ``copies``."""
+        seqs = group.seqs
+        if len(seqs) == 1:  # not running: nothing to append (but a group that could not is stopped at)
+            seq = seqs[0]
+            table = self.block_tables[seq.seq_id]
+            grow = seq.num_tokens - table.num_tokens
+            return not grow or table.num_new_blocks(grow) <= self.gpu_allocator.num_free_blocks
+        self._version += 1
+        if not self.can_append_slots(group):
+            return False
+        for seq in seqs:
+            if seq.status is _RUNNING:
+                copies.extend(self.append_slots(seq))
+        return True
 
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
         """Room for ``seq.num_tokens`` tokens; copy-on-write pairs to apply (§4.4). With prefix caching,
@@ -293,7 +322,7 @@ class PagedKVCacheManager:
         self._version += 1
         table = self.block_tables[seq.seq_id]
         copies = table.append_tokens(seq.num_tokens - table.num_tokens)
-        if self._chains is not None:
+        if self._next_full is not None and table.num_tokens >= self._next_full.get(seq.seq_id, table.num_tokens + 1):
             self._chains.register_full_blocks(seq, table)
         return copies
 
@@ -391,16 +420,14 @@ class PagedKVCacheManager:
     def check_invariants(self) -> None:
         """Raise AssertionError unless the manager and its allocators agree: every block's reference
         count equals the block-table entries pointing at it (plus one per reserved-prefix pin), each
-        table covers its tokens with the fewest blocks, and each allocator's own invariants hold
-        (``check_invariants`` of :class:`~paged.block.BlockAllocator` and the prefix-caching
-        allocator). O(blocks)."""
-        bs = self.block_size
+        table covers its tokens with the fewest blocks (:meth:`~paged.block.BlockTable.check_invariants`),
+        and each allocator's own invariants hold (``check_invariants`` of
+        :class:`~paged.block.BlockAllocator` and the prefix-caching allocator). O(blocks)."""
         allocators = [self.gpu_allocator] + ([self.cpu_allocator] if self.cpu_allocator is not None else [])
         expected = {id(a): [0] * a.num_blocks for a in allocators}
         for seq_id, table in self.block_tables.items():
             assert id(table.allocator) in expected, f"sequence {seq_id}'s table uses an unknown allocator"
-            assert table.num_blocks == _cdiv(table.num_tokens, bs), \
-                f"sequence {seq_id}: {table.num_blocks} blocks for {table.num_tokens} tokens"
+            table.check_invariants()
             counts = expected[id(table.allocator)]
             for block in table.physical_blocks:
                 counts[block] += 1

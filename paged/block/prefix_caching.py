@@ -11,10 +11,12 @@ keys)`` (:func:`hash_block_tokens`; extra keys separate caches that must not mix
   its key ``(parent content id, tokens, extra keys)``, where a content id is a number given once to
   each registered content and never reused, so equal keys mean the same tokens after the same
   verified parent. A hash collision (tested with a deliberately weak hash) only costs a comparison;
-* a freed cached block keeps its KV and stays findable until its slot is needed: free blocks form a
-  doubly linked queue (:class:`~paged.block.free_queue.FreeBlockQueue`) with uncached blocks at the
-  head (handed out first) and cached ones at the tail in the order they were freed, so allocation
-  evicts the least recently freed cached block (LRU), and a hit on a free block unlinks it in O(1);
+* a freed cached block keeps its KV and stays findable until its slot is needed. The free queue has
+  uncached blocks at the head (handed out first, most recently freed first: a plain stack, as in
+  :class:`~paged.block.BlockAllocator`, so a cache that holds nothing costs what the plain allocator
+  costs) and cached ones behind them in the order they were freed (a doubly linked queue,
+  :class:`~paged.block.free_queue.FreeBlockQueue`), so allocation evicts the least recently freed
+  cached block (LRU), and a hit on a free block unlinks it in O(1);
 * free (uncached) + evictable (cached, reference count 0) + in use (count ≥ 1) blocks are the
   ``num_blocks`` distinct blocks, always; ``num_free_blocks`` (what admission may take) is the first
   two together (:meth:`~PrefixCachingBlockAllocator.check_invariants` checks all of this);
@@ -26,15 +28,15 @@ keys)`` (:func:`hash_block_tokens`; extra keys separate caches that must not mix
   and, as vLLM's ``reset_prefix_cache``, refuses while any block is in use.
 
 Compared with vLLM V1's ``BlockPool`` (read through its design notes, not its code): the same
-doubly linked free queue and hash-to-blocks map; freed uncached blocks go to the head here
-(vLLM appends every freed block at the tail), so an uncached block is always reused before any
-cached KV is evicted; and content ids make a hit exact under any hash (vLLM relies on a strong
-hash, sha256 optionally).
+doubly linked free queue (here for the cached free blocks only) and hash-to-blocks map; freed
+uncached blocks go to the head, so an uncached block is always reused before any cached KV is
+evicted; and content ids make a hit exact under any hash (vLLM relies on a strong hash, sha256
+optionally).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
 from paged.block.free_queue import FreeBlockQueue
@@ -67,22 +69,21 @@ class PrefixCachingBlockAllocator(BlockAllocator):
             a weak one is only slower.
 
     Costs: :meth:`allocate`, :meth:`free`, :meth:`reuse` O(1) (an eviction adds O(blocks sharing the
-    evicted hash)); :meth:`lookup` and :meth:`register` O(block_size + blocks sharing the hash).
+    evicted hash)), one Python call each; :meth:`allocate_blocks` and :meth:`free_blocks` O(1) per
+    block in one call; :meth:`lookup` and :meth:`register` O(block_size + blocks sharing the hash).
     """
 
-    __slots__ = ("_queue", "_hash", "_key", "_cid", "_cached", "_next_cid", "hash_fn", "_num_evictable", "_pending")
+    __slots__ = ("_queue", "_hash", "_key", "_cid", "_cached", "_next_cid", "hash_fn", "_pending")
 
     def __init__(self, num_blocks: int, block_size: int, *,
                  hash_fn: Callable[[int, tuple[int, ...], Hashable], int] = hash_block_tokens) -> None:
-        super().__init__(num_blocks, block_size)
-        self._free = []  # the base class's stack stays empty: free blocks live in the linked queue
-        self._queue = FreeBlockQueue(num_blocks)
+        super().__init__(num_blocks, block_size)  # self._free: the stack of uncached free blocks
+        self._queue = FreeBlockQueue(num_blocks, filled=False)  # evictable blocks, least recently freed first
         self._hash: list[int | None] = [None] * num_blocks  # chained hash of a cached block, else None
         self._key: list[tuple | None] = [None] * num_blocks  # (parent content id, tokens, extra keys)
         self._cid: list[int] = [NO_PARENT] * num_blocks  # content id of a cached block
         self._cached: dict[int, list[int]] = {}  # hash -> cached blocks with that hash
         self._next_cid = 0
-        self._num_evictable = 0
         self._pending: list[tuple[int, int]] = []  # (block, content id) registered, KV not yet written
         self.hash_fn = hash_fn
 
@@ -90,12 +91,12 @@ class PrefixCachingBlockAllocator(BlockAllocator):
     @property
     def num_free_blocks(self) -> int:
         """Blocks with reference count 0, cached or not: what an allocation may take (blocks). O(1)."""
-        return len(self._queue)
+        return len(self._free) + len(self._queue)
 
     @property
     def num_evictable_blocks(self) -> int:
         """Free blocks that still hold cached KV (blocks). O(1)."""
-        return self._num_evictable
+        return len(self._queue)
 
     @property
     def num_cached_blocks(self) -> int:
@@ -103,44 +104,108 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         return sum(len(bucket) for bucket in self._cached.values())
 
     # -- the free pool ------------------------------------------------------------------
+    # The free queue, head first, is the base class's stack of uncached free blocks (top first), then
+    # the evictable queue (least recently freed first). Uncached blocks are handed out and returned as
+    # in the plain allocator; only cached ones touch the linked queue.
     def allocate(self) -> int:
-        """Take the head of the free queue (an uncached block, else the least recently freed cached
-        one, whose cache entry is evicted) with reference count 1. O(1).
+        """Take the head of the free queue with reference count 1: the most recently freed uncached
+        block, else the least recently freed cached one, whose cache entry is evicted. O(1).
 
         Raises:
             OutOfBlocksError: if no block is free.
         """
         try:
-            block_id = self._queue.popleft()
+            block_id = self._free.pop()
         except IndexError:
-            raise OutOfBlocksError(f"no free KV block: all {self._num_blocks} blocks are in use") from None
-        if self._hash[block_id] is not None:
-            self._evict(block_id)
+            block_id = self._evict_lru()
         self._ref_counts[block_id] = 1
         return block_id
 
-    def free(self, block_id: int) -> None:
-        """Drop one reference; at zero the block joins the free queue: at the tail if it holds cached
-        KV (evictable, still findable), else at the head. O(1).
+    def allocate_blocks(self, num_blocks: int) -> list[int]:
+        """Take ``num_blocks`` blocks from the head of the free queue at once (:meth:`allocate`, that many
+        times, in one Python call). O(num_blocks).
+
+        All or nothing: if fewer blocks are free, nothing is taken.
 
         Raises:
-            ValueError / TypeError: as :meth:`paged.block.BlockAllocator.free` (which checks and counts).
+            OutOfBlocksError: if fewer than ``num_blocks`` blocks are free.
         """
-        super().free(block_id)  # at zero, the base class pushes the block on its (otherwise empty) stack
-        if self._free:
-            self._free.pop()
+        free = self._free
+        if num_blocks <= len(free):
+            return super().allocate_blocks(num_blocks)
+        if num_blocks > len(free) + len(self._queue):
+            raise OutOfBlocksError(f"need {num_blocks} free KV blocks, {self.num_free_blocks} of "
+                                   f"{self._num_blocks} are free")
+        taken = super().allocate_blocks(len(free))
+        ref_counts = self._ref_counts
+        for _ in range(num_blocks - len(taken)):
+            block_id = self._evict_lru()
+            ref_counts[block_id] = 1
+            taken.append(block_id)
+        return taken
+
+    def free(self, block_id: int) -> None:
+        """Drop one reference; at zero the block is free: on the stack if it holds no cached KV (handed
+        out next), else at the tail of the evictable queue (still findable, evicted after every block
+        freed before it). O(1).
+
+        Raises:
+            ValueError: if the block is already free (a double free) or the id is out of range.
+            TypeError: if the id is not an integer.
+        """
+        ref_counts = self._ref_counts
+        try:  # costs nothing unless it raises
+            if not 0 <= block_id < self._num_blocks:
+                raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
+            count = ref_counts[block_id]
+        except TypeError:
+            raise TypeError(f"block id must be an integer, got {block_id!r}") from None
+        if count != 1:
+            if count == 0:
+                raise ValueError(f"double free: physical block {block_id} is already free")
+            ref_counts[block_id] = count - 1
+        else:
+            ref_counts[block_id] = 0
             if self._hash[block_id] is None:
-                self._queue.push_front(block_id)
+                self._free.append(block_id)
             else:
                 self._queue.push_back(block_id)
-                self._num_evictable += 1
+
+    def free_blocks(self, block_ids: Iterable[int]) -> None:
+        """:meth:`free` each block of ``block_ids`` in order (a block table's blocks, tail first, so a
+        sequence's last cached blocks are evicted first). O(1) per block, one Python call (two when
+        cached blocks become evictable).
+
+        Unchecked ids (the blocks come from a table, so they are in range); a block already free raises
+        as :meth:`free` does, after the blocks before it were freed.
+
+        Raises:
+            ValueError: on a double free.
+        """
+        ref_counts, hashes, free = self._ref_counts, self._hash, self._free
+        evictable: list[int] = []
+        try:
+            for block_id in block_ids:
+                count = ref_counts[block_id]
+                if count == 1:
+                    ref_counts[block_id] = 0
+                    if hashes[block_id] is None:
+                        free.append(block_id)
+                    else:
+                        evictable.append(block_id)
+                elif count:
+                    ref_counts[block_id] = count - 1
+                else:
+                    raise ValueError(f"double free: physical block {block_id} is already free")
+        finally:
+            if evictable:
+                self._queue.extend(evictable)
 
     def reuse(self, block_id: int) -> None:
-        """Take one reference to the cached block ``block_id`` (a hit): out of the free queue if it was
-        free. O(1). The caller found it with :meth:`lookup`."""
+        """Take one reference to the cached block ``block_id`` (a hit): out of the evictable queue if it
+        was free. O(1). The caller found it with :meth:`lookup`."""
         if self._ref_counts[block_id] == 0:
             self._queue.remove(block_id)
-            self._num_evictable -= 1
         self._ref_counts[block_id] += 1
 
     def is_evictable(self, block_id: int) -> bool:
@@ -218,7 +283,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         """Drop every cache entry (vLLM's ``reset_prefix_cache``): True if done; False, changing
         nothing, while any block is in use (its KV may be read; vLLM refuses likewise). Used when the
         model's weights change, which makes every cached KV stale. O(blocks)."""
-        if len(self._queue) != self._num_blocks:
+        if self.num_free_blocks != self._num_blocks:
             return False
         for block_id in range(self._num_blocks):
             if self._hash[block_id] is not None:
@@ -227,27 +292,27 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         return True
 
     def _uncache(self, block_id: int) -> None:
-        """Forget the cached content of ``block_id``; a free block moves to the head of the queue."""
+        """Forget the cached content of ``block_id``; a free block moves to the head of the free queue
+        (the top of the stack)."""
         self._forget(block_id)
         if self._ref_counts[block_id] == 0:
             self._queue.remove(block_id)
-            self._queue.push_front(block_id)
-            self._num_evictable -= 1
+            self._free.append(block_id)
 
     def check_invariants(self) -> None:
-        """Raise AssertionError if the pool is inconsistent: the free queue holds exactly the blocks
-        with reference count 0, once each; the evictable count is the free cached blocks; every cached
+        """Raise AssertionError if the pool is inconsistent: the stack holds exactly the free blocks
+        without cached KV and the evictable queue exactly the free cached ones, once each; every cached
         block sits in its hash's bucket once, with a content id no other block has. O(blocks)."""
         counts = self._ref_counts
-        queue = list(self._queue)
-        assert len(queue) == len(self._queue), "free queue length differs from its links"
-        assert len(set(queue)) == len(queue), f"a block is twice in the free queue: {queue}"
-        free = {b for b in range(self._num_blocks) if counts[b] == 0}
-        assert set(queue) == free, f"free queue {sorted(queue)} != blocks with count 0 {sorted(free)}"
+        stack, queue = list(self._free), list(self._queue)
+        assert len(queue) == len(self._queue), "evictable queue length differs from its links"
+        free = stack + queue
+        assert len(set(free)) == len(free), f"a block is twice in the free pool: {free}"
+        assert set(free) == {b for b in range(self._num_blocks) if counts[b] == 0}, \
+            f"free blocks {sorted(free)} != blocks with count 0"
         assert all(c >= 0 for c in counts), "negative reference count"
-        assert not self._free, "the base class's free stack must stay empty"
-        evictable = sum(1 for b in queue if self._hash[b] is not None)
-        assert evictable == self._num_evictable, f"evictable count {self._num_evictable} != {evictable}"
+        assert all(self._hash[b] is None for b in stack), "a cached block is on the uncached stack"
+        assert all(self._hash[b] is not None for b in queue), "an uncached block is in the evictable queue"
         members = [b for bucket in self._cached.values() for b in bucket]
         assert len(set(members)) == len(members), "a block is cached twice"
         assert set(members) == {b for b in range(self._num_blocks) if self._hash[b] is not None}, \
@@ -257,10 +322,19 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         cids = [self._cid[b] for b in members]
         assert len(set(cids)) == len(cids), "two cached blocks share a content id"
 
-    def _evict(self, block_id: int) -> None:
-        """Forget the cached content of ``block_id`` (it is being handed out for new KV)."""
+    def _evict_lru(self) -> int:
+        """Take the least recently freed evictable block out of the queue and forget its cached content
+        (it is being handed out for new KV; the caller sets its count). O(blocks sharing its hash).
+
+        Raises:
+            OutOfBlocksError: if no block is evictable either.
+        """
+        try:
+            block_id = self._queue.popleft()
+        except IndexError:
+            raise OutOfBlocksError(f"no free KV block: all {self._num_blocks} blocks are in use") from None
         self._forget(block_id)
-        self._num_evictable -= 1
+        return block_id
 
     def _forget(self, block_id: int) -> None:
         """Drop ``block_id`` from its hash's bucket and clear its hash, key and content id."""
@@ -274,9 +348,10 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         self._cid[block_id] = NO_PARENT
 
     def free_queue(self) -> list[int]:
-        """The free blocks from head (next handed out) to tail (a copy). O(free blocks)."""
-        return list(self._queue)
+        """The free blocks from head (next handed out) to tail (a copy): the uncached ones, most recently
+        freed first, then the evictable ones, least recently freed first. O(free blocks)."""
+        return self._free[::-1] + list(self._queue)
 
     def __repr__(self) -> str:
         return (f"PrefixCachingBlockAllocator(num_blocks={self._num_blocks}, block_size={self._block_size}, "
-                f"free={len(self._queue)}, evictable={self._num_evictable})")
+                f"free={self.num_free_blocks}, evictable={len(self._queue)})")

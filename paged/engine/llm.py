@@ -53,6 +53,7 @@ from paged.engine.model_runner import ModelRunner, model_kv_shape
 from paged.engine.sampling import SamplingParams
 from paged.engine.sequence_group import EngineSequenceGroup
 from paged.engine.executor import EngineStats, ModelExecutor
+from paged.engine.shipped_models import SHIPPED_MODELS, shipped_model_path
 from paged.systems import get_system, make_kv_manager, system_names
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "KV_MANAGERS"]
@@ -108,8 +109,11 @@ class RequestOutput:
 def _load(model, tokenizer, dtype):
     if isinstance(model, (str, Path)):
         path = Path(model)
+        if isinstance(model, str) and model in SHIPPED_MODELS and not path.exists():
+            path = shipped_model_path(model)
         if not path.exists():
-            raise FileNotFoundError(f"model directory {str(path)!r} does not exist (no hub downloads: give a local path)")
+            raise FileNotFoundError(f"model directory {str(path)!r} does not exist (no hub downloads: give a local path "
+                                    f"or a shipped model's name: {', '.join(sorted(SHIPPED_MODELS))})")
         if not (path / "config.json").is_file():
             raise ValueError(f"{str(path)!r} is not a transformers model directory (no config.json in it)")
         from transformers import AutoModelForCausalLM
@@ -140,8 +144,10 @@ class LLM:
     """A causal LM served on a paged (or contiguous) KV cache.
 
     Args:
-        model: a local model directory or a loaded transformers causal LM (Llama-like, attention
-            through ``AttentionInterface``).
+        model: a local model directory, the name of a shipped model (``"paged-tiny"``, the small
+            ShareGPT-trained Llama of :mod:`paged.engine.shipped_models`, found in a checkout and a
+            wheel alike), or a loaded transformers causal LM (Llama-like, attention through
+            ``AttentionInterface``).
         tokenizer: tokenizer for string prompts and ``.text`` (loaded from the directory if None).
         block_size: tokens per KV block.
         num_gpu_blocks: KV blocks; else ``kv_cache_bytes`` decides (default 64 MiB).

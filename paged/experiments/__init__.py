@@ -7,6 +7,7 @@ Layout (which file holds what):
 * ``notebook/`` (infrastructure, imports no notebook package): ``parameters.py`` (papermill
   parameter checks, the project's kernel), ``plotting.py`` (figure style, saving, metadata),
   ``manifest.py`` (the figures a run wrote), ``report.py`` (the report of executed notebooks),
+  ``claims.py`` (README.md's claims table from the figures' CSVs), ``tables.py`` (tables shown whole),
   ``sweep.py`` (papermill sweeps, parallel jobs), ``paper.py`` (every number of the paper the
   notebooks compare with);
 * ``serving/`` (simulated serving shared by notebooks 02, 03, 05; imports no notebook package):
@@ -16,9 +17,11 @@ Layout (which file holds what):
 * ``nb00_tour/``: ``tour.py`` (the steps of the tour), ``tour_figures.py``, ``explorer.py``;
 * ``nb01_fragmentation/``: ``fragmentation.py`` (Fig. 2, waste vs block size), ``workloads.py``
   (Fig. 11, trace lengths);
-* ``nb02_sharing/``: ``sharing.py`` (Fig. 14-16 runs), ``sharing_figures.py``;
+* ``nb02_sharing/``: ``sharing.py`` (Fig. 14-16 runs), ``sharing_figures.py``, ``comparison.py``
+  (the paper-vs-this-run table);
 * ``nb03_throughput/``: ``throughput.py`` (Fig. 12/13/17 runs, ratio tables, host-cost
-  sensitivity), ``efficiency_sensitivity.py`` (the efficiency-factor panel), ``throughput_figures.py``;
+  sensitivity), ``efficiency_sensitivity.py`` (the efficiency-factor panel), ``throughput_figures.py``,
+  ``comparison.py`` (the paper-vs-this-run table);
 * ``nb04_kernel/``: ``kernel.py`` (Fig. 18a runs, roofline, figure);
 * ``nb05_engine/``: ``engine.py`` (interleaved rounds on the real-model engine),
   ``hf_baselines.py``, ``engine_profile.py``, ``validation.py`` (the simulator checked against the engine);

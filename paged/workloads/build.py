@@ -85,10 +85,11 @@ def _build_sharegpt(out_dir: Path, path: str | None, tokenizer: str) -> dict[str
     chat.save_csv(out_dir / list(files)[1], comments=_sharegpt_comments(
         "ShareGPT chatbot workload token lengths, paper §6.5; one row per assistant turn, file order",
         chat.report, chat, path, tokenizer,
-        ["conversations: whole, V3's parts (ids <id>_<start>) joined by id in start order; a part opening with the "
-         "role the previous part ended with is appended to that turn",
+        ["conversations: whole, V3's parts (ids <id>_<start>, <start> = index of the part's first turn) joined "
+         "by id at their turn offsets, each turn once",
          f"joined: {chat.report.conversations_joined} conversations from {chat.report.parts_joined} parts; "
-         f"{chat.report.turns_merged} turns appended at a part boundary",
+         f"{chat.report.overlapping_turns} turns a part repeats kept once; {chat.report.parts_after_gap} parts "
+         "left out (they start past the joined turns)",
          "rounds: conversations with >= 2 human->assistant rounds; prompt = all earlier turns + the user turn",
          "(per-turn token counts summed, no template) cut to the last 1024 tokens; output = reply cut to 1024",
          f"truncated: {chat.report.prompts_truncated} prompts, {chat.report.outputs_truncated} outputs; "

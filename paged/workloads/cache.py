@@ -38,8 +38,8 @@ __all__ = ["CACHE_FORMAT", "cache_dir", "cache_fingerprint", "file_sha256", "rea
 #: Bumped when the entry layout changes.
 CACHE_FORMAT = 1
 #: Modules whose source decides a cached trace (hashed into every fingerprint).
-_SOURCES = ("alpaca.py", "cache.py", "filters.py", "json_records.py", "loader.py", "sharegpt.py", "tokenizers.py",
-            "trace.py")
+_SOURCES = ("alpaca.py", "cache.py", "conversation_parts.py", "filters.py", "json_records.py", "loader.py",
+            "sharegpt.py", "tokenizers.py", "trace.py")
 
 
 def cache_dir() -> Path:

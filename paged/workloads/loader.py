@@ -111,7 +111,7 @@ def tokenize_file(path: str | Path, dataset: str, tokenizer: str | os.PathLike =
         path: the JSON file.
         dataset: ``"sharegpt"`` (rows: each usable conversation's alternating turns; only the first
             two when ``first_only``; when ``whole_conversations``, each conversation joined from its
-            V3 parts first, :func:`~paged.workloads.sharegpt.join_parts`) or ``"alpaca"`` (rows: ``[prompt, output]`` in ``prompt_format``).
+            V3 parts first, :func:`~paged.workloads.conversation_parts.join_conversation_parts`) or ``"alpaca"`` (rows: ``[prompt, output]`` in ``prompt_format``).
         tokenizer: see :func:`paged.workloads.tokenizers.count_tokens`.
         num_proc: tokenizing processes (default: 1 below 4,000 rows, else up to 4 CPUs).
         fingerprint: ``datasets`` fingerprint prefix (hex); the Arrow files are temporary anyway.
@@ -235,7 +235,7 @@ def load_sharegpt_chat(path: str | Path | None = None, *, tokenizer: str | os.Pa
     """The chatbot workload (§6.5, Fig. 17): one request per assistant turn.
 
     Conversations are whole: ShareGPT V3's parts (ids ``<id>_<start>``) are joined by id in order
-    first (:func:`~paged.workloads.sharegpt.join_parts`), so a later part's rounds carry the
+    first (:func:`~paged.workloads.conversation_parts.join_conversation_parts`), so a later part's rounds carry the
     history of the earlier parts. For each conversation whose alternating prefix has at least ``min_rounds`` human->assistant
     rounds ("multi-turn"), round k (0-based) gives one request, in file order:
     prompt = tokens of all earlier turns (both roles) + the k-th human turn, each turn

@@ -20,6 +20,7 @@ from paged.workloads.synthetic import alpaca_like
 from paged.workloads.tokenizers import canonical_tokenizer
 from paged.workloads.trace import Trace
 from paged.workloads.trace_csv import load_trace
+from paged.workloads.trace_names import NAMED_TRACES
 
 __all__ = ["NAMED_TRACES", "data_path", "get_trace", "trace_file"]
 
@@ -28,21 +29,6 @@ __all__ = ["NAMED_TRACES", "data_path", "get_trace", "trace_file"]
 def _cached_trace(path: str, mtime_ns: int) -> Trace:
     """A committed length trace, read once per modification time (sweeps load it many times)."""
     return load_trace(path)
-
-
-#: Names accepted by :func:`get_trace` -> the stem of their committed files (None: synthetic).
-NAMED_TRACES: dict[str, str | None] = {
-    "sharegpt": "sharegpt_lengths",  # first-turn pairs (§6.1)
-    "sharegpt-chat": "sharegpt_chat_lengths",  # chatbot rounds (§6.5)
-    "sharegpt-8k": "sharegpt_sessions_8k_lengths",  # whole conversations, history up to 8K tokens
-    "sharegpt-32k": "sharegpt_sessions_32k_lengths",  # the same, up to 32K tokens
-    "alpaca": "alpaca_lengths",  # real Alpaca sample, Stanford Alpaca's prompt template (§6.1)
-    "alpaca-bare": "alpaca_bare_lengths",  # the same records, instruction (+ input) without the template
-    "wmt16-1shot": "wmt16_1shot_lengths",  # WMT16 en->de, 1-shot shared prefix (§6.4)
-    "wmt16-5shot": "wmt16_5shot_lengths",  # WMT16 en->de, 5-shot shared prefix (§6.4)
-    "alpaca-synthetic": None,  # lognormal lengths with the paper's Alpaca means: alpaca_like
-    "sharegpt-fig11": None,  # sensitivity: the sharegpt pairs resampled by length to Fig. 11's means
-}
 
 
 @lru_cache(maxsize=2)

@@ -20,7 +20,6 @@ tokenizing goes through :mod:`paged.workloads.loader` (``datasets``, cached), wh
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -29,12 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from paged.workloads.conversation_parts import join_conversation_parts
 from paged.workloads.filters import length_filter
 from paged.workloads.json_records import read_json_list
 from paged.workloads.trace import Trace
 
 __all__ = ["ShareGPTFormatError", "ShareGPTLoadReport", "ShareGPTTruncatedWarning", "alternating_prefix",
-           "chat_trace", "conversation_texts", "default_sharegpt_path", "join_parts", "joined_conversation_texts",
+           "chat_trace", "conversation_texts", "default_sharegpt_path", "joined_conversation_texts",
            "pairs_trace", "read_sharegpt_records", "warn_if_truncated"]
 
 HUMAN_ROLES = frozenset({"human", "user"})
@@ -74,8 +74,9 @@ class ShareGPTLoadReport:
         num_requests: requests in the trace.
         conversations_joined: chat mode: conversations made of two or more V3 parts.
         parts_joined: chat mode: parts (records) that went into those conversations.
-        turns_merged: chat mode: turns appended to the previous turn because a part began with
-            the role the previous part ended with (the split fell inside one speaker's turns).
+        overlapping_turns: chat mode: turns a part repeats from the previous part (kept once).
+        parts_after_gap: chat mode: parts left out because they start past the turns joined so
+            far (the history before them is not in the file).
         prompts_at_cut: chat mode: requests (after the filters) whose prompt is exactly the cut.
     """
 
@@ -95,7 +96,8 @@ class ShareGPTLoadReport:
     num_requests: int = 0
     conversations_joined: int = 0
     parts_joined: int = 0
-    turns_merged: int = 0
+    overlapping_turns: int = 0
+    parts_after_gap: int = 0
     prompts_at_cut: int = 0
 
     def summary(self) -> str:
@@ -184,62 +186,16 @@ def alternating_prefix(turns: Sequence[dict[str, str]]) -> tuple[list[str], str 
     return [t["value"] for t in turns[:n]], None, full < len(roles)
 
 
-_PART_ID = re.compile(r"^(?P<conv>.*)_(?P<start>\d+)$")
-
-
-def join_parts(records: Sequence[dict[str, Any]]) -> tuple[list[list[dict[str, str]]], int, int, int]:
-    """Whole conversations from ShareGPT V3's parts (§6.5 needs a conversation's full history).
-
-    V3 splits a long conversation into records with ids ``<id>_<start>``, ``<start>`` the index of
-    the part's first turn in the original conversation (FastChat's ``split_long_conversation``).
-    Records are grouped by ``<id>`` in first-seen order, each group's parts sorted by
-    ``<start>`` (ties keep file order), and their turns concatenated. Where a part begins with the
-    role the previous part ended with (the split fell inside one speaker's turns; 6,340 such
-    boundaries in the packaged file, 5 human->human), that turn's text is appended to the
-    previous turn's after a newline, so the roles alternate as in one conversation. A record
-    whose id has no ``_<start>`` suffix is a conversation of its own.
-
-    Returns:
-        ``(conversations, conversations_joined, parts_joined, turns_merged)``: the turn lists
-        (``{"from", "value"}``) in order; how many have two or more parts; how many parts
-        those hold; how many turns were appended to the previous one at a boundary.
-
-    Cost: O(total turns).
-    """
-    groups: dict[str, list[tuple[int, int, list[dict[str, str]]]]] = {}
-    for i, rec in enumerate(records):
-        m = _PART_ID.match(str(rec.get("id", "")))
-        key, start = (m["conv"], int(m["start"])) if m else (f"\0{i}", 0)
-        groups.setdefault(key, []).append((start, i, rec["conversations"]))
-    convs: list[list[dict[str, str]]] = []
-    joined = parts = merged = 0
-    for group in groups.values():
-        group.sort(key=lambda g: (g[0], g[1]))
-        turns: list[dict[str, str]] = []
-        for k, (_, _, part) in enumerate(group):
-            for j, turn in enumerate(part):
-                if k > 0 and j == 0 and turns and _side(turns[-1]) == _side(turn) is not None:
-                    turns[-1] = {"from": turns[-1]["from"], "value": turns[-1]["value"] + "\n" + turn["value"]}
-                    merged += 1
-                else:
-                    turns.append(turn)
-        if len(group) > 1:
-            joined += 1
-            parts += len(group)
-        convs.append(turns)
-    return convs, joined, parts, merged
-
-
-def _side(turn: dict[str, str]) -> str | None:
-    role = turn["from"].strip().lower()
-    return "human" if role in HUMAN_ROLES else "assistant" if role in ASSISTANT_ROLES else None
-
-
 def joined_conversation_texts(records: list[dict[str, Any]], report: ShareGPTLoadReport) -> list[list[str]]:
-    """As :func:`conversation_texts`, over whole conversations (:func:`join_parts`) instead of
-    records; also fills the report's ``conversations_joined``, ``parts_joined`` and ``turns_merged``."""
-    convs, report.conversations_joined, report.parts_joined, report.turns_merged = join_parts(records)
+    """As :func:`conversation_texts`, over whole conversations
+    (:func:`~paged.workloads.conversation_parts.join_conversation_parts`) instead of records; also
+    fills the report's ``conversations_joined``, ``parts_joined``, ``overlapping_turns`` and
+    ``parts_after_gap``. O(total turns)."""
+    convs, join = join_conversation_parts(records)
+    report.conversations_joined, report.parts_joined = join.conversations_joined, join.parts_joined
+    report.overlapping_turns, report.parts_after_gap = join.overlapping_turns, join.parts_after_gap
     return conversation_texts([{"conversations": c} for c in convs], report)
+
 
 def conversation_texts(records: list[dict[str, Any]], report: ShareGPTLoadReport) -> list[list[str]]:
     """The alternating-prefix texts of every usable conversation, in file order; fills the

@@ -1,19 +1,12 @@
 """Long-context chat sessions from ShareGPT: each conversation whole, its history kept up to 8K / 32K tokens.
 
-ShareGPT V3 stores a long conversation as several records (ids ``X_0``, ``X_11``, ``X_17``, …): the
-suffix is the index of the part's first turn in the whole conversation, and consecutive parts
-overlap: in the packaged file 6,340 parts begin with a repeat of the previous part's last turn
-(the same role and the identical text), exactly the parts whose offset says they overlap it by one
-turn (of 6,345 boundaries where the role repeats); the repeat is one turn, not two, so it is kept once;
-a later part often starts with an assistant turn. The chatbot trace of §6.5 cuts prompts to 1,024
-tokens (OPT's 2,048-token context). Serving
-today's models with 8K–128K contexts, a chat client sends the whole history, so this trace:
+ShareGPT V3 stores a long conversation as several records (ids ``X_0``, ``X_11``, ``X_17``, …); the
+chatbot trace of §6.5 cuts prompts to 1,024 tokens (OPT's 2,048-token context). Serving today's
+models with 8K–128K contexts, a chat client sends the whole history, so this trace:
 
-1. groups the complete records by conversation id (the id without its ``_<offset>`` suffix) and joins
-   the parts in offset order, each adding its turns past the ones already joined; a part whose
-   offset lies beyond the joined turns would follow history that is not in the file, so it and later
-   parts are left out (counted: 309 parts of 91 conversations, most after an empty part 0), as are
-   conversations without part 0;
+1. joins every conversation's parts at their turn offsets, each turn once
+   (:func:`paged.workloads.conversation_parts.join_conversation_parts`, the join of the chatbot
+   trace too);
 2. takes each joined conversation's alternating human/assistant prefix (the rule of
    :func:`paged.workloads.sharegpt.alternating_prefix`);
 3. counts every turn's tokens (cl100k: Llama 3's tokenizer extends cl100k_base's vocabulary) and
@@ -28,84 +21,24 @@ The files ``sharegpt_sessions_{8k,32k}_lengths.csv`` are built by ``python -m pa
 
 from __future__ import annotations
 
-import re
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from paged.workloads.conversation_parts import join_conversation_parts
 from paged.workloads.package_data import counted_file_name
-from paged.workloads.sharegpt import (ShareGPTTruncatedWarning, alternating_prefix, chat_trace,
-                                      default_sharegpt_path, read_sharegpt_records)
+from paged.workloads.sharegpt import (ShareGPTTruncatedWarning, chat_trace, conversation_texts, default_sharegpt_path,
+                                      read_sharegpt_records)
 from paged.workloads.tokenizers import TOKENIZERS, count_tokens
 from paged.workloads.trace import Trace
 
-__all__ = ["SESSION_CONTEXTS", "SESSION_OUTPUT_LEN", "SessionJoinReport", "join_sessions", "session_trace",
-           "build_session_traces"]
+__all__ = ["SESSION_CONTEXTS", "SESSION_OUTPUT_LEN", "session_trace", "build_session_traces"]
 
 #: The long contexts (tokens) of the committed session traces: name suffix -> context.
 SESSION_CONTEXTS = {"8k": 8192, "32k": 32768}
 #: Output cut (tokens), as the §6.5 chatbot trace's.
 SESSION_OUTPUT_LEN = 1024
-_PART = re.compile(r"^(?P<base>.*)_(?P<part>\d+)$")
-
-
-@dataclass
-class SessionJoinReport:
-    """What joining the parts did (counts of records and conversations)."""
-
-    records: int = 0
-    conversations: int = 0
-    joined: int = 0  # conversations made of two or more parts
-    parts_joined: int = 0  # records appended to an earlier part
-    overlapping_turns: int = 0  # turns a part repeats from the previous ones (not added twice)
-    parts_after_gap: int = 0  # records left out: they start past the joined turns
-    without_part_zero: int = 0  # conversations whose part 0 is not in the file (left out)
-    dropped: dict = field(default_factory=dict)  # alternating-prefix drop reason -> conversations
-    cut_at_role_break: int = 0
-
-
-def join_sessions(records: list[dict]) -> tuple[list[list[str]], SessionJoinReport]:
-    """The alternating-prefix texts of every whole conversation (module docstring, steps 1–2),
-    in the order of their part 0 in the file, and the counts of the join. O(records)."""
-    report = SessionJoinReport(records=len(records))
-    parts: dict[str, dict[int, list]] = {}
-    order: list[str] = []
-    for rec in records:
-        match = _PART.match(str(rec.get("id", "")))
-        base, offset = (match["base"], int(match["part"])) if match else (str(rec.get("id", id(rec))), 0)
-        if base not in parts:
-            parts[base] = {}
-            order.append(base)
-        parts[base].setdefault(offset, rec["conversations"])
-    kept: list[list[str]] = []
-    for base in order:
-        pieces = parts[base]
-        if 0 not in pieces:
-            report.without_part_zero += 1
-            report.parts_after_gap += len(pieces)
-            continue
-        report.conversations += 1
-        turns: list = []
-        offsets = sorted(pieces)
-        for i, offset in enumerate(offsets):
-            if offset > len(turns):
-                report.parts_after_gap += len(offsets) - i
-                break
-            report.overlapping_turns += min(len(turns) - offset, len(pieces[offset]))
-            turns += pieces[offset][len(turns) - offset:]
-            report.parts_joined += i > 0
-        report.joined += len(offsets) > 1
-        texts, reason, cut = alternating_prefix(turns)
-        if reason is not None:
-            report.dropped[reason] = report.dropped.get(reason, 0) + 1
-            continue
-        report.cut_at_role_break += cut
-        kept.append(texts)
-    return kept, report
-
-
 def session_trace(context: int, path: str | Path | None = None, *, tokenizer: str = "cl100k",
                   _counted: tuple | None = None) -> Trace:
     """The session trace of ``context`` tokens (module docstring) from the ShareGPT file ``path``
@@ -125,8 +58,9 @@ def _count(path, tokenizer):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ShareGPTTruncatedWarning)  # the committed files state the cut
         records, load = read_sharegpt_records(default_sharegpt_path() if path is None else path)
-    texts, join = join_sessions(records)
-    del records
+    whole, join = join_conversation_parts(records)
+    texts = conversation_texts([{"conversations": turns} for turns in whole], load)
+    del records, whole
     counts = count_tokens([t for conv in texts for t in conv], tokenizer)
     bounds = np.cumsum([0] + [len(c) for c in texts])
     convs = [np.asarray(counts[a:b], dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -152,11 +86,12 @@ def build_session_traces(out_dir: str | Path, path: str | None = None, tokenizer
             f"ShareGPT long-context chat sessions, history kept up to {context} tokens; one row per assistant turn",
             f"source: {src}, ShareGPT V3 unfiltered cleaned split; {cut}",
             f"tokenizer: {TOKENIZERS.get(tokenizer, tokenizer)}; per-turn counts summed, no template",
-            f"parts joined by conversation id: {join.conversations} conversations ({join.joined} of several parts, "
-            f"{join.parts_joined} parts appended, {join.overlapping_turns} overlapping turns not repeated); left out: "
-            f"{join.parts_after_gap} parts starting past the joined turns, "
-            f"{join.without_part_zero} conversations without part 0",
-            f"dropped conversations: {dict(sorted(join.dropped.items()))}; cut at a role break: {join.cut_at_role_break}",
+            f"parts joined by conversation id at their turn offsets: {join.conversations} conversations "
+            f"({join.conversations_joined} of {join.parts_joined} parts; {join.overlapping_turns} turns a part repeats "
+            f"kept once); left out: {join.parts_after_gap} parts starting past the joined turns, "
+            f"{join.conversations_without_start} conversations without a part at turn 0",
+            f"dropped conversations: {dict(sorted(load.conversations_dropped.items()))}; "
+            f"cut at a role break: {load.conversations_cut_at_role_break}",
             f"requests: conversations with >= 2 rounds; prompt = earlier turns + user turn cut to the last "
             f"{context - SESSION_OUTPUT_LEN} tokens, output cut to {SESSION_OUTPUT_LEN}; prompt or output < 4 dropped",
             f"truncated: {trace.report.prompts_truncated} prompts, {trace.report.outputs_truncated} outputs; "

@@ -3,6 +3,7 @@
 import pytest
 
 from paged import BlockAllocator, OutOfBlocksError
+from paged.block import PrefixCachingBlockAllocator
 
 
 def test_allocate_until_empty_then_out_of_blocks():
@@ -79,3 +80,38 @@ def test_reuses_most_recently_freed_block():
     blocks = [alloc.allocate() for _ in range(4)]
     alloc.free(blocks[1])
     assert alloc.allocate() == blocks[1]
+
+
+@pytest.mark.parametrize("cls", [BlockAllocator, PrefixCachingBlockAllocator])
+def test_bulk_allocate_and_free_match_one_at_a_time(cls):
+    bulk, single = cls(8, 4), cls(8, 4)
+    for alloc in (bulk, single):  # a used pool: some blocks freed out of order
+        taken = [alloc.allocate() for _ in range(5)]
+        for b in (taken[3], taken[0], taken[4]):
+            alloc.free(b)
+    got = bulk.allocate_blocks(4)
+    assert got == [single.allocate() for _ in range(4)]
+    assert [bulk.ref_count(b) for b in got] == [1] * 4
+    bulk.incref(got[1])
+    single.incref(got[1])
+    bulk.free_blocks(reversed(got))
+    for b in reversed(got):
+        single.free(b)
+    assert [bulk.ref_count(b) for b in range(8)] == [single.ref_count(b) for b in range(8)]
+    assert [bulk.allocate() for _ in range(bulk.num_free_blocks)] == \
+        [single.allocate() for _ in range(single.num_free_blocks)]
+    bulk.check_invariants()
+
+
+@pytest.mark.parametrize("cls", [BlockAllocator, PrefixCachingBlockAllocator])
+def test_bulk_allocate_is_all_or_nothing_and_bulk_free_catches_a_double_free(cls):
+    alloc = cls(4, 4)
+    alloc.allocate()
+    with pytest.raises(OutOfBlocksError, match="need 4 free KV blocks, 3"):
+        alloc.allocate_blocks(4)
+    assert alloc.num_free_blocks == 3 and alloc.allocate_blocks(0) == []
+    a, b = alloc.allocate_blocks(2)
+    with pytest.raises(ValueError, match=f"double free: physical block {b}"):
+        alloc.free_blocks([a, b, b])
+    assert alloc.ref_count(a) == 0 and alloc.ref_count(b) == 0  # the blocks before it were freed
+    alloc.check_invariants()

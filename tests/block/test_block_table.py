@@ -187,3 +187,16 @@ def test_try_grow_to_refuses_a_bad_count_before_changing_anything(bad, error):
     with pytest.raises(error):
         table.try_grow_to(bad)
     assert table.num_tokens == 5 and table.num_blocks == 2
+
+
+def test_grow_to_says_what_it_did():
+    alloc, table = make(num_blocks=3, block_size=4)
+    copies = []
+    assert table.grow_to(3, copies) == 1 and table.num_blocks == 1  # took a block
+    assert table.grow_to(4, copies) == 0 and table.num_tokens == 4  # inside the private last block
+    assert table.grow_to(13, copies) == -1 and table.num_tokens == 4  # needs a fourth block: refused
+    assert table.grow_to(6, copies) == 1 and table.num_blocks == 2 and copies == []
+    child = table.fork()  # the last block is now shared: the next token copies it
+    assert child.grow_to(7, copies) == 1 and copies == [(table.last_block, child.last_block)]
+    table.check_invariants()
+    child.check_invariants()

@@ -25,3 +25,16 @@ def test_pop_remove_push():
     q.push_back(2)
     q.push_front(1)
     assert list(q) == [1, 2] and len(q) == 2
+
+
+def test_an_empty_queue_and_extend():
+    q = FreeBlockQueue(5, filled=False)
+    assert list(q) == [] and len(q) == 0
+    with pytest.raises(IndexError):
+        q.popleft()
+    q.extend([3, 1])
+    q.extend([])
+    q.push_back(4)
+    assert list(q) == [3, 1, 4] and len(q) == 3
+    q.remove(1)
+    assert q.popleft() == 3 and list(q) == [4]

@@ -326,3 +326,17 @@ def test_a_new_group_never_gets_a_discarded_groups_plan(caching):
         expected = AllocStatus.NEVER if big else AllocStatus.OK
         assert mgr.can_allocate(group) is expected
         del group  # dropped unscheduled, as the test state machine and a caller may do
+
+
+def test_decode_registers_each_block_once_it_fills():
+    mgr = PagedKVCacheManager(16, 4, watermark=0.0, enable_prefix_caching=True)
+    a = prompt_group(0, range(1, 7), output=8)  # 6 tokens: 1 full block
+    admit(mgr, a)
+    seq = a.seqs[0]
+    for token in (7, 8, 9):  # the second block fills at the 8th token, the 9th starts a third
+        seq.append_token(token)
+        assert mgr.append_slots_in_order([a]) == (1, [])
+        full = seq.num_tokens // 4
+        probe = prompt_group(1, list(seq.token_ids) + [0])
+        assert mgr.prefill_tokens(probe) == probe.seqs[0].num_tokens - 4 * full  # every full block is found
+    mgr.check_invariants()

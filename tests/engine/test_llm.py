@@ -285,3 +285,18 @@ def test_equal_length_prompts_prefill_in_one_call_and_equal_hf(model):
     for p, out in zip(prompts, outs):
         ref = model.generate(torch.tensor([p]), max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=0)
         assert out.outputs[0].token_ids == ref[0, len(p):].tolist()
+
+
+def test_the_shipped_model_loads_by_name_from_any_directory(tmp_path, monkeypatch):
+    """``LLM("paged-tiny")`` finds the package's model wherever the process runs (no checkout path)."""
+    from paged import shipped_model_path
+
+    monkeypatch.chdir(tmp_path)
+    llm = LLM("paged-tiny", num_gpu_blocks=32)
+    assert llm.model.config.name_or_path == str(shipped_model_path())
+    out = llm.generate(["User: hello\nAssistant:"], SamplingParams(max_tokens=3))
+    assert len(out[0].outputs[0].token_ids) == 3
+    with pytest.raises(ValueError, match="no shipped model named 'paged-huge'.*paged-tiny"):
+        shipped_model_path("paged-huge")
+    with pytest.raises(FileNotFoundError, match="shipped model's name: paged-tiny"):
+        LLM("no-such-model")

@@ -2,7 +2,8 @@
 (``.jupyter/lab/settings``, as ``make lab`` uses them), driven in headless Chromium (Debian's
 ``chromium`` and ``chromium-driver``; ``.ci/run`` installs them). Every cell runs; every control has
 a usable size; every slider is dragged with the mouse and its figure is redrawn at the value its
-readout shows; no news pop-up covers the page. Screenshots are kept in ``build/browser/``.
+readout shows, at its own size (not shrunk to the cell, so its labels keep their size; the pages
+view is dragged to block size 1, its most crowded drawing); no news pop-up covers the page. Screenshots are kept in ``build/browser/``.
 
 Skipped, saying why, where no Chromium, chromedriver or selenium can be found.
 """
@@ -169,7 +170,8 @@ return panel.content.widgets.map((cell, index) => {
   const img = node.querySelector('.jp-OutputArea-output img');
   return {index, sliders, dropdowns, png: figure ? figure.data['image/png'] : null,
           meta: figure && figure.metadata ? figure.metadata.paged_explorer || null : null,
-          shown: img ? img.src : null};
+          shown: img ? img.src : null, img_width: img ? img.getBoundingClientRect().width : 0,
+          img_natural: img ? +(img.getAttribute('width') || img.naturalWidth) : 0};
 }).filter(c => c);
 """
 #: What a redrawn figure must say for the controls' readouts (cell order of the tour: reservation,
@@ -185,7 +187,8 @@ _SAYS = {
 }
 #: Where on its track each slider is dragged to (a fraction of the track): inside every slider's
 #: possible settings, and the scheduler's step slider to its end, the replay's last step.
-_DRAG_TO = {"step": 1.0, "answer tokens actually generated": 0.45, "requests at once": 0.2}
+_DRAG_TO = {"step": 1.0, "answer tokens actually generated": 0.45, "requests at once": 0.2,
+            "block size (tokens)": 0.0}  # the pages view at block size 1, its most crowded drawing
 
 
 def _drag(driver, cell: int, slider: int, fraction: float) -> None:
@@ -253,6 +256,8 @@ def test_tour_runs_its_controls_are_usable_and_a_dragged_slider_redraws_its_figu
                 drawn = {str(v) for v in meta["values"].values()}
                 assert set(readouts.values()) <= drawn | set(readouts.values()) and \
                     sorted(map(str, meta["values"].values())) == sorted(readouts.values()), (readouts, meta["values"])
+                # shown at its own size, not shrunk to the cell: its labels keep their legible size
+                assert now["img_width"] >= now["img_natural"] - 1, (meta["name"], now["img_width"], now["img_natural"])
                 expected = _SAYS[meta["name"]](readouts)
                 assert any(expected in text for text in meta["text"]), (expected, meta["text"])
         shot = next(c for c in driver.execute_script(_CONTROLS) if c["sliders"][0]["description"] == "step")

@@ -184,20 +184,16 @@ def test_chat_workload_history_and_truncation(tmp_path):
 
 def test_chat_workload_joins_v3_parts_by_id_with_history(tmp_path):
     """V3 parts ``<id>_<start>`` are one conversation: the later part's round carries the earlier
-    parts' turns as history; a part opening with the assistant continues the previous reply."""
-    from paged.workloads.sharegpt import join_parts
-
+    parts' turns as history; a part that repeats the previous part's last turn adds it once."""
     part0 = conv(("human", LONG_Q), ("gpt", LONG_A), cid="c_0")
-    part3 = conv(("gpt", "more"), ("human", LONG_Q), ("gpt", LONG_A + " again"), cid="c_3")  # split inside a reply
+    part3 = conv(("gpt", LONG_A), ("human", LONG_Q), ("gpt", LONG_A + " again"), cid="c_3")  # repeats turn 3
     part2 = conv(("human", "short one"), ("gpt", LONG_A), cid="c_2")  # out of file order: sorted by start
     other = conv(("human", LONG_Q), ("gpt", LONG_A), cid="d_0")
-    convs, joined, parts, merged = join_parts([part0, part3, other, part2])
-    assert (joined, parts, merged) == (1, 3, 1)
-    assert [t["value"] for t in convs[0]] == [LONG_Q, LONG_A, "short one", LONG_A + "\nmore", LONG_Q, LONG_A + " again"]
-    q, a, s, am, a2 = count_tokens([LONG_Q, LONG_A, "short one", LONG_A + "\nmore", LONG_A + " again"]).tolist()
+    q, a, s, a2 = count_tokens([LONG_Q, LONG_A, "short one", LONG_A + " again"]).tolist()
     trace = load_sharegpt_chat(write_json(tmp_path, [part0, part3, other, part2]), cache=False)
-    assert [(r.prompt_len, r.output_len) for r in trace] == [(q, a), (q + a + s, am), (q + a + s + am + q, a2)]
-    assert trace.report.conversations_joined == 1 and trace.report.parts_joined == 3
+    assert [(r.prompt_len, r.output_len) for r in trace] == [(q, a), (q + a + s, a), (q + a + s + a + q, a2)]
+    assert (trace.report.conversations_joined, trace.report.parts_joined) == (1, 3)
+    assert (trace.report.overlapping_turns, trace.report.parts_after_gap) == (1, 0)
     assert trace.report.conversations_dropped == {"too_few_rounds": 1}  # d_0 alone; no part dropped
     cut = load_sharegpt_chat(write_json(tmp_path, [part0, part3, part2]), max_prompt_len=q + 1, cache=False)
     assert cut.report.prompts_at_cut == 2

@@ -54,7 +54,7 @@ def draw_message(text: str) -> Figure:
 def draw_reservation(view: dict) -> Figure:
     """One contiguous reservation (:func:`~paged.experiments.nb00_tour.tour.reservation`): a cell per slot."""
     slots = view["slots"]
-    fig = Figure(figsize=(max(6, 0.4 * len(slots)), 1.9))
+    fig = Figure(figsize=(min(MAX_WIDTH_IN, max(6, 0.4 * len(slots))), 1.9))
     ax = fig.add_subplot()
     for i, label in enumerate(slots):
         _cell(ax, i, 0, STATE_COLORS[label])
@@ -65,19 +65,34 @@ def draw_reservation(view: dict) -> Figure:
     return fig
 
 
+#: The pages view wraps its blocks onto rows this many slots wide (about 10 inches at 0.45 in a slot),
+#: so its labels keep their size at any block size instead of the figure growing past the cell.
+_PAGES_ROW_SLOTS = 18
+_SLOT_IN = 0.45
+#: The widest a tour figure is drawn (inches): a JupyterLab cell shows it at its size, not shrunk.
+MAX_WIDTH_IN = 8.6
+
+
 def draw_pages(view) -> Figure:
-    """A request's blocks as its tokens grow (:func:`~paged.experiments.nb00_tour.tour.pages`)."""
+    """A request's blocks as its tokens grow (:func:`~paged.experiments.nb00_tour.tour.pages`), one
+    row of blocks after another; each block keeps room for its two-line label, even of one slot."""
     block_size = int(view["block_size"].iloc[0])
-    fig = Figure(figsize=(max(6, 0.45 * len(view) * (block_size + 1)), 1.9))
+    pitch = max(block_size + 1, 2.4)  # a block's slots and a gap, at least its label's width
+    per_row = max(1, int(_PAGES_ROW_SLOTS // pitch))
+    rows, row_height = -(-len(view) // per_row), 2.8
+    width = min(len(view), per_row) * pitch
+    fig = Figure(figsize=(max(6.0, _SLOT_IN * width + 0.4), _SLOT_IN * rows * row_height + 1.0))
     ax = fig.add_subplot()
-    for _, row in view.iterrows():
-        x0 = row["logical"] * (block_size + 1)
+    for k, row in enumerate(view.itertuples()):
+        line, column = divmod(k, per_row)
+        x0, y0 = column * pitch, -line * row_height
         for j in range(block_size):
-            _cell(ax, x0 + j, 0, STATE_COLORS["output"] if j < row["filled"] else STATE_COLORS["free"])
-        ax.text(x0 + block_size / 2, -0.45, f"logical {row['logical']} → block {row['physical']}", ha="center", fontsize=8)
+            _cell(ax, x0 + j, y0, STATE_COLORS["output"] if j < row.filled else STATE_COLORS["free"])
+        ax.text(x0 + block_size / 2, y0 - 0.2, f"logical {row.logical}\n→ block {row.physical}", ha="center",
+                va="top", fontsize=8, linespacing=1.1)
     tokens, empty = int(view["filled"].sum()), int(len(view) * block_size - view["filled"].sum())
-    _blank(ax, (-0.2, len(view) * (block_size + 1)), (-1.0, 1.6))
-    ax.text(0, 1.25, f"{tokens} tokens in {len(view)} blocks of {block_size}: {empty} empty slot(s), all in the last block",
+    _blank(ax, (-0.2, max(width, 6.0 / _SLOT_IN - 1)), (-(rows - 1) * row_height - 1.9, 1.8))
+    ax.text(0, 1.3, f"{tokens} tokens in {len(view)} blocks of {block_size}: {empty} empty slot(s), all in the last block",
             fontsize=9)
     return fig
 
@@ -87,24 +102,28 @@ def draw_block_tables(view, request: int = 0) -> Figure:
     order on top, the physical blocks of the whole cache below, an arrow per table entry."""
     num_blocks = int(view["num_blocks"].iloc[0])
     mine = view[view["request"] == request]
-    fig = Figure(figsize=(max(7, 1.05 * num_blocks), 2.8))
+    width = min(MAX_WIDTH_IN, max(7, 1.05 * num_blocks))
+    fig = Figure(figsize=(width, 2.8))
     ax = fig.add_subplot()
+    roomy = width / (num_blocks + 2.4) >= 0.6  # inches per block: room for "block N" under each
     by_block = view.set_index("physical")
     offset = (num_blocks - len(mine)) / 2
     for physical in range(num_blocks):
         owner = int(by_block.loc[physical, "request"]) if physical in by_block.index else None
         text = by_block.loc[physical, "words"].replace(" ", "\n") if owner is not None else ""
         color = _PALETTE[owner] if owner is not None else "white"
-        _cell(ax, physical, 0, color, text, alpha=1.0 if owner == request else 0.25, fontsize=7)
-        ax.text(physical + 0.5, -0.3, f"block {physical}", ha="center", fontsize=7)
+        _cell(ax, physical, 0, color, text, alpha=1.0 if owner == request else 0.25, fontsize=7 if roomy else 6)
+        ax.text(physical + 0.5, -0.3, f"block {physical}" if roomy else f"{physical}", ha="center", fontsize=7)
     for _, row in mine.iterrows():
         x = offset + row["logical"]
-        _cell(ax, x, 2, _PALETTE[request], row["words"].replace(" ", "\n"), fontsize=7)
-        ax.text(x + 0.5, 3.15, f"logical {row['logical']}", ha="center", fontsize=7)
+        _cell(ax, x, 2, _PALETTE[request], row["words"].replace(" ", "\n"), fontsize=7 if roomy else 6)
+        ax.text(x + 0.5, 3.15, f"logical {row['logical']}" if roomy else f"{row['logical']}", ha="center", fontsize=7)
         ax.annotate("", xy=(row["physical"] + 0.5, 1.0), xytext=(x + 0.5, 2.0),
                     arrowprops={"arrowstyle": "->", "color": "0.3", "lw": 0.8})
-    ax.text(-0.1, 2.5, "block table", ha="right", va="center", fontsize=8)
-    ax.text(-0.1, 0.5, "GPU memory", ha="right", va="center", fontsize=8)
+    ax.text(-0.1, 2.5, "block table" if roomy else "block table\n(logical block\nabove)", ha="right", va="center",
+            fontsize=8)
+    ax.text(-0.1, 0.5, "GPU memory" if roomy else "GPU memory\n(block number\nbelow)", ha="right", va="center",
+            fontsize=8)
     _blank(ax, (-2.2, num_blocks + 0.2), (-0.6, 3.5))
     return fig
 
@@ -115,7 +134,7 @@ def draw_sharing(view: dict) -> Figure:
     made by copy-on-write hatched."""
     copied = {dst for _, dst in view["copies"]}
     longest = max(len(t) for t in view["tables"].values())
-    fig = Figure(figsize=(max(6, 1.0 * longest + 2), 2.4))
+    fig = Figure(figsize=(min(MAX_WIDTH_IN, max(6, 1.0 * longest + 2)), 2.4))
     ax = fig.add_subplot()
     for row, (name, blocks) in enumerate(view["tables"].items()):
         y = 1.6 * (1 - row)
@@ -174,7 +193,7 @@ def draw_replay(steps: list[Step], num_requests: int, step: int, *, system: str,
     from matplotlib.colors import ListedColormap
 
     current = steps[step]
-    fig = Figure(figsize=(9, 5.2))
+    fig = Figure(figsize=(MAX_WIDTH_IN, 5.2))
     top, bottom = fig.subplots(2, 1, height_ratios=[1.3, 1])
     states = _state_matrix(steps, num_requests)
     top.imshow(states, aspect="auto", interpolation="nearest", vmin=0, vmax=len(_STATES) - 1,

@@ -1,9 +1,9 @@
-"""Figures and the paper-vs-this-run table of notebook 02 (§6.3, §6.4): plotting only.
+"""Figures of notebook 02 (§6.3, §6.4): plotting only.
 
 The numbers come from :mod:`paged.experiments.nb02_sharing.sharing`; this module draws Fig. 14 (latency vs rate
 per decoding setting), Fig. 15 (memory saved by sharing), Fig. 16 (shared prefix) and the prefix
-caching demonstration, and builds the table that puts each of the paper's numbers beside ours
-(:func:`paper_comparison`), with the cause of each difference.
+caching demonstration; the table that puts each of the paper's numbers beside ours is
+:mod:`paged.experiments.nb02_sharing.comparison`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from paged.experiments.notebook.paper import (FIG14_GAIN_OVER_ORACLE, FIG15_SHARING_SAVED_PERCENT, FIG16_SHARED_PREFIX,
-                                     SHAREGPT_SHARING_RANGES)
+from paged.experiments.notebook.paper import FIG15_SHARING_SAVED_PERCENT
 from paged.experiments.notebook.plotting import SYSTEM_COLORS
 from paged.experiments.serving import LATENCY_THRESHOLD
 
-__all__ = ["plot_fig14", "plot_fig15", "plot_fig16", "plot_prefix_caching", "paper_comparison"]
+__all__ = ["plot_fig14", "plot_fig15", "plot_fig16", "plot_prefix_caching"]
 
 _LABELS = {"parallel": "parallel sampling, n = {}", "beam": "beam search, width {}", "basic": "one sample"}
 
@@ -123,102 +122,3 @@ def plot_prefix_caching(demo: pd.DataFrame):
     axes[0].legend(frameon=False)
     fig.tight_layout()
     return fig
-
-
-def _at_sustained_rate(sweep: pd.DataFrame | None, decoding: str, width: int, sustained: float) -> str:
-    """What the Fig. 14 sweep measured at paged's sustained rate (``sustained`` req/s; the sweep's rate
-    nearest it, its 1.0 fraction): each system's mean batch, paged's preemptions."""
-    if sweep is None:
-        return ""
-    part = sweep[(sweep["decoding"] == decoding) & (sweep["width"] == width)]
-    paged = part[part["system"] == "paged"]
-    if not len(paged):
-        return ""
-    top = float(paged["rate"].iloc[(paged["rate"] - sustained).abs().argmin()])
-    at = part[part["rate"] == top].set_index("system")
-    if "orca-oracle" not in at.index:
-        return ""
-    return (f"at {top:g} req/s: mean batch {at.loc['paged', 'avg_batched_requests']:.1f} (paged) vs "
-            f"{at.loc['orca-oracle', 'avg_batched_requests']:.1f} (Oracle) requests, paged preempted "
-            f"{at.loc['paged', 'num_preemptions']:.0f} times")
-
-
-def _trace_origin(source: str) -> str:
-    """The file a trace's lengths were counted from: its provenance's ``source:`` line up to the first
-    ``;`` (the licence and hash follow), or its first line when it has none."""
-    lines = source.splitlines() or [""]
-    origin = next((line[len("source:"):].strip() for line in lines if line.startswith("source:")), lines[0])
-    return origin.split(";")[0]
-
-
-def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, engine: pd.DataFrame | None,
-                     prefix_rates: pd.DataFrame | None, demo: dict | None, alpaca_source: str,
-                     sweep: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every number of §6.3–6.4 beside this run's, with why they differ (columns ``claim``, ``paper``,
-    ``this run``, ``why it differs``).
-
-    Args:
-        gains: :func:`paged.experiments.nb02_sharing.sharing.improvement_over_oracle` rows.
-        saving: :func:`paged.experiments.nb02_sharing.sharing.memory_saving` rows; engine: the engine's, or None.
-        prefix_rates: :func:`paged.experiments.nb02_sharing.sharing.shared_prefix_rates` rows, or None (skipped).
-        demo: :func:`paged.experiments.nb02_sharing.sharing.demo_summary`, or None.
-        alpaca_source: where the "alpaca" trace's lengths come from (the trace's ``source``), quoted.
-        sweep: :func:`paged.experiments.nb02_sharing.sharing.latency_sweep` rows: the batches and preemptions measured
-            at paged's sustained rate (the 1.0 fraction of the default grid) go into the causes.
-    """
-    g = gains.set_index(["decoding", "width"])["improvement"]
-    paged_rate = gains.set_index(["decoding", "width"])["paged"] if sweep is not None else None
-    rows = []
-    alpaca_note = f"Alpaca lengths here: {_trace_origin(alpaca_source)}"
-    sim_note = ("simulated OPT-13B server (time from the cost model, memory from the real managers); "
-                "beams replay the shipped tiny model's recorded searches")
-    for (d, w), v in g.items():
-        measured = _at_sustained_rate(sweep, d, w, float(paged_rate[d, w])) if sweep is not None else ""
-        if d == "basic":
-            claim, paper = "Fig. 14: paged / Orca (Oracle) sustained rate, one sample", \
-                f"{FIG14_GAIN_OVER_ORACLE['basic sampling']}x"
-            why = f"{measured}; {sim_note}; {alpaca_note}" if measured else f"{sim_note}; {alpaca_note}"
-        else:
-            claim = f"Fig. 14: paged / Orca (Oracle), {_LABELS[d].format(w)}"
-            paper = f"{FIG14_GAIN_OVER_ORACLE['beam width 6']}x" if (d, w) == ("beam", 6) else "(not stated; 1.3-2.3x)"
-            why = f"{measured}; {sim_note}" if measured else sim_note
-        rows.append({"claim": claim, "paper": paper, "this run": f"{v:.2f}x", "why it differs": why})
-    for (trace, d), part in saving.groupby(["trace", "decoding"], sort=False):
-        ours = ", ".join(f"{w}: {p:.1f}%" for w, p in zip(part["width"], part["saving_percent"]))
-        key = "parallel" if d == "parallel" else "beam"
-        if trace.startswith("alpaca"):
-            paper = ", ".join(f"{w}: {p}%" for w, p in FIG15_SHARING_SAVED_PERCENT[key].items())
-            why = (f"{alpaca_note}. Parallel samples share the prompt only, so the saving follows prompt / "
-                   "(prompt + output); beam saving follows the recorded trees (how long candidates share)")
-        else:
-            lo, hi = SHAREGPT_SHARING_RANGES[key]
-            paper, why = f"{lo}-{hi}% over widths 2-6", "ShareGPT lengths here are the committed trace's, counted with GPT-2's BPE (OPT's)"
-        kind = "parallel sampling (n)" if d == "parallel" else "beam search (width)"
-        rows.append({"claim": f"Fig. 15: KV blocks saved, {kind}, {trace}", "paper": paper, "this run": ours,
-                     "why it differs": why})
-    if engine is not None and len(engine):
-        for d, part in engine.groupby("decoding", sort=False):
-            rows.append({"claim": f"Fig. 15 cross-check on the real engine, {d}, {part['trace'].iloc[0]} lengths",
-                         "paper": "(the paper measured its engine)",
-                         "this run": ", ".join(f"{w}: {p:.1f}%" for w, p in zip(part["width"], part["saving_percent"])),
-                         "why it differs": "a few requests, lengths scaled to the 1024-token model, its own beams"})
-    if prefix_rates is None:
-        for shot, paper in FIG16_SHARED_PREFIX.items():
-            rows.append({"claim": f"Fig. 16: paged / Orca (Oracle) throughput, WMT16 {shot}",
-                         "paper": f"{paper['gain_over_oracle']}x (prefix {paper['prefix_tokens']} tokens)",
-                         "this run": "not run: no wmt16 traces", "why it differs": "needs the WMT16 workload"})
-    else:
-        for (shot, system), part in prefix_rates.groupby(["shot", "system"], sort=False):
-            if system == "orca-oracle":
-                continue
-            paper = FIG16_SHARED_PREFIX[shot]
-            rows.append({"claim": f"Fig. 16: {system} / Orca (Oracle) sustained rate, WMT16 {shot}",
-                         "paper": f"{paper['gain_over_oracle']}x (prefix {paper['prefix_tokens']} tokens)",
-                         "this run": f"{part['over_oracle'].iloc[0]:.2f}x",
-                         "why it differs": "simulated LLaMA-13B on OPT-13B's server; our prefix lengths"})
-    if demo is not None:
-        rows.append({"claim": "prefix caching, shared system prompt, real engine", "paper": "(vLLM APC; no number)",
-                     "this run": (f"hit rate {demo['hit_rate']:.0%}, prefill tokens -{demo['prefill_tokens_saved']:.0%}, "
-                                  f"prefill time -{demo['prefill_time_saved']:.0%}, wall time -{demo['time_saved']:.0%}"),
-                     "why it differs": "CPU, tiny model: decode steps dominate the wall time"})
-    return pd.DataFrame(rows)

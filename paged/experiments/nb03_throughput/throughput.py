@@ -19,7 +19,8 @@ import math
 
 import pandas as pd
 
-from paged.experiments.notebook.paper import FIG12_ALPACA_RATIOS, FIG12_SUSTAINED_RATIOS, FIG13_BATCHED_REQUESTS, FIG17_CHATBOT_RATIO
+from paged.experiments.notebook.paper import (FIG11_MEAN_LENS, FIG12_ALPACA_RATIOS, FIG12_SUSTAINED_RATIOS,
+                                              FIG13_BATCHED_REQUESTS, FIG17_CHATBOT_RATIO)
 from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, THRESHOLDS, sustained_rate, sweep
 from paged.sim.cost_model import get_cost_model
 from paged.systems import get_system
@@ -114,6 +115,10 @@ def ratio_table(sustained: pd.DataFrame) -> pd.DataFrame:
     (paged's run within a few % of it) over one whose latency rises gradually long before
     (FasterTransformer's static batches), so ``÷ at t`` moves with ``t`` where ``peak ÷`` does not.
 
+    With the saturated throughputs, each row also gives both systems' sustained rates at the headline
+    threshold as fractions of their own peaks (``paged's rate at 0.2 ÷ its peak``, ``baseline's rate
+    at 0.2 ÷ its peak``): where they differ, the threshold, not the capacity, sets ``÷ at 0.2``.
+
     A baseline that sustains nothing at a threshold gives ``inf``.
 
     Raises:
@@ -134,6 +139,8 @@ def ratio_table(sustained: pd.DataFrame) -> pd.DataFrame:
             if "throughput_rps" in part:  # the saturated run of each system (sustained_rate's rows)
                 peak = part.groupby("system")["throughput_rps"].first()
                 row["peak ÷"] = float(peak["paged"] / peak[system])
+                row[f"paged's rate at {thr:g} ÷ its peak"] = float(rate.loc["paged", thr] / peak["paged"])
+                row[f"baseline's rate at {thr:g} ÷ its peak"] = float(rate.loc[system, thr] / peak[system])
             row["paper"] = _paper_ratio(trace, model, system)
             rows.append(row)
     return pd.DataFrame(rows)
@@ -238,8 +245,9 @@ def littles_law(batched: pd.DataFrame, mean_output_tokens: dict) -> pd.DataFrame
     arrival rate); the seconds per generated token each request saw (``W`` ÷ its mean output
     tokens); and, where the paper states a batch at that rate (Fig. 13: ShareGPT at 2, Alpaca at
     30 req/s) and the system keeps up here, the seconds per token that batch implies by the same
-    law (``paper batch ÷ rate ÷ mean output tokens``, which assumes the paper's system kept up
-    too): a faster simulated iteration gives a smaller batch at the same rate.
+    law on the paper's own trace (``paper batch ÷ rate ÷ the paper's Fig. 11 mean output tokens``,
+    e.g. 30.42 ÷ 2 ÷ 337.99 = 45 ms on ShareGPT; it assumes the paper's system kept up too): a
+    faster simulated iteration gives a smaller batch at the same rate.
 
     Args:
         batched: :func:`batched_requests` rows (columns ``trace``, ``system``, ``rate``, ``load``,
@@ -259,11 +267,12 @@ def littles_law(batched: pd.DataFrame, mean_output_tokens: dict) -> pd.DataFrame
             raise KeyError(f"no mean output length given for trace {r.trace!r}")
         out = float(mean_output_tokens[r.trace])
         paper = FIG13_BATCHED_REQUESTS.get(f"{workload(r.trace)}@{r.rate:g}", {}).get(r.system)
+        paper_out = FIG11_MEAN_LENS.get(workload(r.trace), (math.nan, math.nan))[1]
         keeps_up = bool(r.throughput_rps >= 0.97 * r.rate)
         rows.append({"trace": r.trace, "load": r.load, "rate": r.rate, "system": r.system, "keeps up": keeps_up,
                      "λ·W": r.throughput_rps * r.mean_running_seconds, "batch (time average)": r.time_avg_batched_requests,
                      "s/token this run": r.mean_running_seconds / out,
                      "paper batch": math.nan if paper is None else paper,
-                     "s/token the paper's batch implies": paper / r.rate / out if paper is not None and keeps_up
+                     "s/token the paper's batch implies": paper / r.rate / paper_out if paper is not None and keeps_up
                      else math.nan})
     return pd.DataFrame(rows)

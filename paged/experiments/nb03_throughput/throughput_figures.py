@@ -1,10 +1,11 @@
-"""Figures and paper comparisons of notebook 03 (§6.2, §6.5, §7.2, §7.3): plotting only.
+"""Figures of notebook 03 (§6.2, §6.5, §7.2, §7.3): plotting only.
 
 The numbers come from :mod:`paged.experiments.serving` and :mod:`paged.experiments.nb03_throughput.throughput`; this
 module turns their tables into the paper's figures (Fig. 12, 13, 17, 18b, 19), the tables saved
 beside them (:func:`figure_data`, without wall-clock columns, so a rerun rewrites them byte for
-byte), the "paper vs this run" table and the per-request KV footprint of each system on a trace
-(:func:`kv_footprint`).
+byte) and the per-request KV footprint of each system on a trace
+(:func:`kv_footprint`); the "paper vs this run" table is
+:mod:`paged.experiments.nb03_throughput.comparison`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from paged.experiments.serving import LATENCY_THRESHOLD, SYSTEMS, WALL_TIME_COLU
 from paged.sim.cost_model import PRESETS, get_cost_model
 
 __all__ = ["figure_data", "plot_latency_vs_rate", "plot_sensitivity", "plot_efficiency_sensitivity", "plot_batched_requests", "plot_vs_block_size",
-           "swap_recompute_table", "plot_swap_recompute", "kv_footprint", "paper_comparison"]
+           "swap_recompute_table", "plot_swap_recompute", "kv_footprint"]
 
 
 def figure_data(df: pd.DataFrame) -> pd.DataFrame:
@@ -117,8 +118,10 @@ def plot_latency_vs_rate(points: pd.DataFrame, *, log: bool = False, ylim: tuple
         handles.append(Line2D([], [], color="0.35", linestyle="--", label=f"{threshold:g} s/token"))
     if not log:
         handles.append(Line2D([], [], color="0.55", linestyle="-.", label="end of the paper's axis"))
-    handles.append(Line2D([], [], color="0.3", marker="^", markerfacecolor="white", linestyle="",
-                          label="stopped early (≥)"))
+    early = "stopped_early" in finite and finite["stopped_early"].fillna(False).astype(bool).any()
+    if early:  # only when the figure has such markers
+        handles.append(Line2D([], [], color="0.3", marker="^", markerfacecolor="white", linestyle="",
+                              label="stopped early (≥)"))
     fig.tight_layout()
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     return fig
@@ -162,10 +165,12 @@ def plot_efficiency_sensitivity(df: pd.DataFrame, trace: str | None = None):
 
 
 def plot_batched_requests(df: pd.DataFrame, counts=tuple(BATCH_COUNTS)):
-    """Fig. 13: average batched requests per system, one panel per (trace, load), one bar per way
-    of counting (:data:`paged.experiments.nb03_throughput.throughput.BATCH_COUNTS`); the paper's value, where it
+    """Fig. 13: average batched requests per system, one panel per (trace, load), matched-load panels
+    first and the paper's rates (``load == "paper"``) after them, one bar per way of counting
+    (:data:`paged.experiments.nb03_throughput.throughput.BATCH_COUNTS`); the paper's value, where it
     states one for that trace and rate, is a black diamond."""
     panels = list(df.groupby(["trace", "load", "rate"], sort=False))
+    panels.sort(key=lambda panel: panel[0][1] == "paper")  # matched load leads, the paper's rates beside it
     fig, axes = plt.subplots(1, len(panels), figsize=(3.9 * len(panels), 3.2), squeeze=False)
     width = 0.8 / len(counts)
     for ax, ((trace, load, rate), part) in zip(axes[0], panels):
@@ -285,41 +290,3 @@ def kv_footprint(trace, model: str = "opt-13b", block_size: int = 16) -> pd.Data
             slot_steps[s] += o << BuddyAllocator.order_for(reservation_size(s.removeprefix("orca-"), p, o, max_len))
     return pd.DataFrame([{"system": s, "mean_slots_held": total / steps, "requests_that_fit": slots * steps / total}
                          for s, total in slot_steps.items()])
-
-
-def paper_comparison(ratios: pd.DataFrame, batched: pd.DataFrame, chat_ratios: pd.DataFrame | None = None,
-                     *, model: str = "opt-13b", threshold: float = LATENCY_THRESHOLD) -> pd.DataFrame:
-    """The paper's OPT-13B claims beside this run: sustained-rate ratios on ShareGPT and Alpaca
-    (§6.2, at ``threshold``), the Fig. 13 batches at the paper's rates (decode iterations and every
-    iteration) and, if given, the chatbot ratios (§6.5, Fig. 17).
-
-    Args:
-        ratios, chat_ratios: :func:`paged.experiments.nb03_throughput.throughput.ratio_table` rows.
-        batched: :func:`paged.experiments.nb03_throughput.throughput.batched_requests` rows (``load == "paper"`` used).
-
-    Returns:
-        Columns ``claim``, ``paper``, ``this run`` (text).
-    """
-    col = f"÷ at {threshold:g} s/token"
-    rates = f"rates at {threshold:g} (req/s)"
-    rows = []
-    for frame in (ratios, chat_ratios):
-        if frame is None:
-            continue
-        for _, r in frame[frame["model"] == model].iterrows():
-            text = f"{r[col]:.2f}× at {threshold:g} s/token ({r[rates]})" if col in r else "n/a"
-            if "peak ÷" in r and pd.notna(r["peak ÷"]):
-                text += f"; {r['peak ÷']:.2f}× peak to peak (threshold-free)"
-            rows.append({"claim": f"{workload(r['trace'])}: sustained rate paged ÷ {r['baseline']}",
-                         "paper": r["paper"], "this run": text})
-    paper_rate = batched[(batched["load"] == "paper") & (batched["model"] == model)]
-    if "cpu_scale" in paper_rate:
-        paper_rate = paper_rate[paper_rate["cpu_scale"] == 1.0]
-    for _, r in paper_rate.iterrows():
-        key = f"{workload(r['trace'])}@{r['rate']:g}"
-        paper = FIG13_BATCHED_REQUESTS.get(key, {}).get(r["system"])
-        rows.append({"claim": f"avg batched requests, {key}, {r['system']}",
-                     "paper": "not stated" if paper is None else f"{paper:.2f}",
-                     "this run": f"{r['avg_decode_batched_requests']:.2f} per decode iteration, "
-                                 f"{r['avg_batched_requests']:.2f} per iteration"})
-    return pd.DataFrame(rows)

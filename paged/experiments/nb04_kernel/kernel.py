@@ -310,11 +310,14 @@ def sweep(context_lens, batch_sizes, *, num_heads: int = 40, num_kv_heads: int =
 
 
 def plot_fig18a(frame: pd.DataFrame):
-    """Fig. 18a: latency per point (left) and the paged/contiguous ratio with the paper's band (right)."""
+    """Fig. 18a: latency per point (left) and the paged/contiguous ratio with the paper's band (right).
+
+    Each panel's legend stands to its right, outside the axes, so it covers no line whatever the
+    measured latencies are."""
     long = frame.melt(id_vars=["batch", "context_len"], value_vars=["paged_us", "contiguous_us"],
                       var_name="cache", value_name="latency_us")
     long["cache"] = long["cache"].map({"paged_us": "paged", "contiguous_us": "contiguous"})
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.8))
     sns.lineplot(data=long, x="context_len", y="latency_us", hue="cache", style="batch", markers=True,
                  palette={"paged": SYSTEM_COLORS["paged"], "contiguous": SYSTEM_COLORS["fastertransformer"]},
                  ax=left)
@@ -322,13 +325,14 @@ def plot_fig18a(frame: pd.DataFrame):
         for i, (_, part) in enumerate(frame.groupby("batch")):
             left.plot(part["context_len"], part["ideal_us"], ls=":", color="grey",
                       label="HBM roofline" if i == 0 else None)
-        left.legend(fontsize=7)
+        left.legend()
+    sns.move_legend(left, "upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     left.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="latency (µs)")
     sns.lineplot(data=frame, x="context_len", y="ratio", hue="batch", marker="o", palette="colorblind", ax=right)
     right.axhspan(*PAPER_RATIO, color="grey", alpha=0.25, label="paper (A100, CUDA): 1.20–1.26")
     right.axhline(1.0, color="black", lw=0.8)
     right.set(xscale="log", xlabel="context length (tokens)", ylabel="paged / contiguous latency")
-    right.legend(title="batch", fontsize=8)
+    right.legend(title="batch", fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.tight_layout()
     return fig
 

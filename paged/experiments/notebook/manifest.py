@@ -76,15 +76,21 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
-def git_state(root: str | Path = ".") -> dict:
+def git_state(root: str | Path = ".", ignore=()) -> dict:
     """``{"commit": sha or None, "dirty": bool or None}`` of the git work tree at ``root``
-    (None where git or a repository is missing)."""
+    (None where git or a repository is missing).
+
+    Args:
+        ignore: folders (relative to the work tree's top) whose changes do not count as dirty,
+            e.g. ``("figures", "build")``: files a run regenerates are not code.
+    """
     def git(*args):
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
 
     try:
         head = git("rev-parse", "HEAD")
-        status = git("status", "--porcelain", "--untracked-files=no")
+        status = git("status", "--porcelain", "--untracked-files=no", "--", ":/",
+                     *(f":(top,exclude){folder}" for folder in ignore))
     except (OSError, subprocess.TimeoutExpired):
         return {"commit": None, "dirty": None}
     if head.returncode != 0:

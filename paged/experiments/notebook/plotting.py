@@ -69,10 +69,15 @@ _COMPUTED_HATCH = "///"
 
 
 def use_style() -> None:
-    """The project's seaborn style (white grid, paper context, colour-blind palette)."""
+    """The project's seaborn style (white grid, paper context, colour-blind palette); PDFs embed
+    TrueType fonts (``pdf.fonttype`` 42), not Type 3, which many publishers' checks reject. In a
+    kernel, DataFrames display as whole, left-aligned tables (:func:`~paged.experiments.notebook.tables.use_table_format`)."""
+    from paged.experiments.notebook.tables import use_table_format
+
+    use_table_format()
     sns.set_theme(context="paper", style="whitegrid", palette="colorblind", font_scale=1.1)
     plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight",
-                         "svg.hashsalt": "paged", "pdf.compression": 6})
+                         "svg.hashsalt": "paged", "pdf.compression": 6, "pdf.fonttype": 42, "ps.fonttype": 42})
 
 
 def figure_title(claim: str, number: str | int | None = None, *, section: str | None = None) -> str:
@@ -207,7 +212,7 @@ def save_figure(fig: Figure, data: pd.DataFrame, name: str, output_dir: str | Pa
     # the old complete file, never half of a new one.
     with atomic_path(paths["png"]) as tmp:
         fig.savefig(tmp, format="png", metadata={"Software": None})
-    with atomic_path(paths["pdf"]) as tmp:
+    with atomic_path(paths["pdf"]) as tmp, plt.rc_context({"pdf.fonttype": 42}):  # TrueType, never Type 3
         fig.savefig(tmp, format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None,
                                                  "Creator": None})
     with atomic_path(paths["csv"]) as tmp:

@@ -23,13 +23,19 @@ from pathlib import Path
 from paged.atomic import write_text
 from paged.experiments.notebook.manifest import figure_outputs, git_state
 
-__all__ = ["build_report", "report_notebook"]
+__all__ = ["build_report", "report_notebook", "REGENERATED"]
+
+#: Folders a run regenerates (figures, executed notebooks, the report): their changes are not code changes.
+REGENERATED = ("figures", "build")
 
 _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {% block jupyter_widgets %}{% endblock jupyter_widgets %}
+{% block extra_css %}{{ super() }}<style>{{ resources.paged_table_css }}
+.jp-RenderedHTMLCommon table td, .jp-RenderedHTMLCommon table th {text-align: left; white-space: normal; vertical-align: top;}
+</style>{% endblock extra_css %}
 {% block data_png scoped %}
 {%- set info = output.metadata.get('paged_figure') or {} -%}
 {%- set width = output | get_metadata('width', 'image/png') -%}
@@ -111,9 +117,14 @@ def report_notebook(notebooks, *, title: str = "PagedAttention reproduction: rep
     if not paths:
         raise ValueError("no executed notebooks to report on (run `make reproduce` first)")
     books = [(path, nbformat.read(str(path), as_version=4)) for path in paths]
-    state = git_state(root)
-    commit = state["commit"][:12] + (" (with uncommitted changes)" if state["dirty"] else "") if state["commit"] else "unknown"
-    cells = [_cell(f"# {title}\n\nBuilt from {len(books)} executed notebooks at commit `{commit}`. Every number "
+    state = git_state(root, ignore=REGENERATED)
+    if state["commit"] is None:
+        code = "an unknown commit (no git repository)"
+    else:
+        code = f"commit `{state['commit'][:12]}`, " + ("with uncommitted changes to the code" if state["dirty"] else
+                                                       "the code as committed")
+    cells = [_cell(f"# {title}\n\nBuilt from {len(books)} executed notebooks at {code} (files the runs regenerate, "
+                   f"under {' and '.join(f'`{f}/`' for f in REGENERATED)}, are not counted as code). Every number "
                    "below comes from those runs; `figures/MANIFEST.json` lists each figure's parameters and file hashes.")]
     rows = [f"| {_title(nb, p)} | {_claim(nb) or '—'} |" for p, nb in books]
     cells.append(_cell("## Claims\n\n| notebook | claim (from the paper) |\n| --- | --- |\n" + "\n".join(rows)))
@@ -155,7 +166,10 @@ def build_report(notebooks, out: str | Path, *, title: str = "PagedAttention rep
     exporter = HTMLExporter(template_name="lab", extra_loaders=[DictLoader({"paged_report.html.j2": _TEMPLATE})],
                             template_file="paged_report.html.j2", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True, embed_images=True)
-    html, _ = exporter.from_notebook_node(report_notebook(notebooks, title=title, root=root), resources={"metadata": {"name": title}})
+    from paged.experiments.notebook.tables import TABLE_CSS
+
+    html, _ = exporter.from_notebook_node(report_notebook(notebooks, title=title, root=root),
+                                          resources={"metadata": {"name": title}, "paged_table_css": TABLE_CSS})
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, html)  # atomically: an interrupted build leaves the old report

@@ -27,7 +27,7 @@ import pandas as pd
 
 from paged.atomic import atomic_path
 
-__all__ = ["run_jobs", "cluster", "parameter_grid", "run_notebook", "sweep_notebook"]
+__all__ = ["run_jobs", "cluster", "parameter_grid", "check_parameter_names", "run_notebook", "sweep_notebook"]
 
 
 def run_jobs(fn, jobs: list[dict], *, workers: int = 2, desc: str = "sweep") -> list:
@@ -166,6 +166,30 @@ def run_notebook(notebook: str, output: str, parameters: dict, kernel: str | Non
     return {"output": output, "seconds": time.perf_counter() - start, "error": error}
 
 
+def check_parameter_names(notebook: str | Path, parameter_sets: list[dict]) -> None:
+    """Refuse parameter sets that name a parameter ``notebook`` does not declare (papermill's
+    ``inspect_notebook`` of its parameters cell), so a misspelled name fails at once, not after
+    every run. A notebook without a parameters cell accepts any name (papermill injects them).
+
+    Raises:
+        ValueError: naming each unknown parameter and listing the notebook's own.
+    """
+    import nbformat
+    from papermill.translators import papermill_translators
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    cell = next((c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if cell is None:  # no parameters cell: papermill injects any name given
+        return
+    kernel = nb.metadata.get("kernelspec", {}).get("name") or "python3"
+    language = nb.metadata.get("kernelspec", {}).get("language") or nb.metadata.get("language_info", {}).get("name")
+    declared = {p.name for p in papermill_translators.find_translator(kernel, language or "python").inspect(cell)}
+    unknown = sorted({name for params in parameter_sets for name in params} - declared)
+    if unknown:
+        raise ValueError(f"{Path(notebook).name} has no parameter {', '.join(map(repr, unknown))}; "
+                         f"its parameters are {', '.join(sorted(declared)) or '(none)'}")
+
+
 def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: str | Path, *, workers: int = 1,
                    kernel: str | None = None) -> pd.DataFrame:
     """Run ``notebook`` once per parameter set, through :func:`run_jobs` (so on a cluster too).
@@ -179,10 +203,13 @@ def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: st
 
     Raises:
         FileNotFoundError: if the notebook does not exist.
+        ValueError: before any run, if a parameter set names a parameter the notebook's parameters
+            cell does not declare (``papermill --help-notebook`` lists them); the message names it.
     """
     notebook = Path(notebook).resolve()
     if not notebook.is_file():
         raise FileNotFoundError(f"notebook {str(notebook)!r} does not exist")
+    check_parameter_names(notebook, parameter_sets)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     jobs = []

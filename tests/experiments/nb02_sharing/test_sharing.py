@@ -4,7 +4,6 @@ import pandas as pd
 import pytest
 
 from paged.experiments.nb02_sharing import sharing
-from paged.experiments.nb02_sharing import sharing_figures
 
 
 def test_group_options():
@@ -46,7 +45,7 @@ def test_fig16_is_skipped_without_the_wmt16_traces(capsys, monkeypatch):
     assert "Fig. 16 skipped" in capsys.readouterr().out
 
 
-def test_demo_summary_and_paper_table():
+def test_demo_summary():
     demo = pd.DataFrame({"caching": [False, True, False, True], "round": [0, 0, 1, 1],
                          "seconds": [2.0, 1.5, 2.2, 1.1], "prefill_seconds": [1.0, 0.5, 1.0, 0.25],
                          "prefill_tokens": [400, 100, 400, 100], "prompt_tokens": [400] * 4,
@@ -55,32 +54,6 @@ def test_demo_summary_and_paper_table():
     summary = sharing.demo_summary(demo)
     assert summary["hit_rate"] == 0.75 and summary["prefill_tokens_saved"] == 0.75
     assert summary["prefill_time_saved_range"] == (0.5, 0.75) and summary["same_output"]
-    gains = pd.DataFrame({"decoding": ["basic", "beam"], "width": [1, 6], "improvement": [1.1, 2.0]})
-    saving = pd.DataFrame({"trace": ["alpaca"] * 2, "decoding": ["parallel", "beam"], "width": [2, 2],
-                           "saving_percent": [5.0, 40.0]})
-    table = sharing_figures.paper_comparison(gains, saving, None, None, summary, "synthetic lengths")
-    assert list(table.columns) == ["claim", "paper", "this run", "why it differs"]
-    assert table["this run"].str.contains("2.00x").any() and table["paper"].str.contains("2.3x").any()
-    assert table["this run"].str.contains("not run").sum() == 2  # both Fig. 16 rows say they were skipped
-
-
-def test_the_table_quotes_the_sweep_at_pageds_sustained_rate_whatever_the_grid():
-    gains = pd.DataFrame([{"decoding": "beam", "width": 2, "paged": 10.0, "orca-oracle": 5.0, "improvement": 2.0}])
-    rows = [{"decoding": "beam", "width": 2, "system": s, "rate": round(f * 10.0, 4), "normalized_latency": 0.1,
-             "avg_batched_requests": batch * f, "num_preemptions": 3}
-            for s, batch in (("paged", 40.0), ("orca-oracle", 20.0)) for f in (0.3, 1.0, 1.7)]  # 3 fractions, not 6
-    saving = pd.DataFrame(columns=["trace", "decoding", "width", "saving_percent"])
-    table = sharing_figures.paper_comparison(gains, saving, None, None, None, "", pd.DataFrame(rows))
-    assert "at 10 req/s: mean batch 40.0 (paged) vs 20.0 (Oracle)" in table["why it differs"].iloc[0]
-
-
-def test_the_alpaca_note_quotes_the_file_the_lengths_came_from():
-    from paged.experiments.nb02_sharing.sharing_figures import _trace_origin
-    from paged.workloads import get_trace
-
-    origin = _trace_origin(get_trace("alpaca-bare", 10, seed=0, tokenizer="gpt2").source)
-    assert origin.startswith("alpaca_5000.json, a 5,000-record random sample of Stanford Alpaca") and "licence" not in origin
-    assert _trace_origin("one line only") == "one line only" and _trace_origin("") == ""
 
 
 def test_memory_saving_refuses_a_trace_without_a_rate_before_running():

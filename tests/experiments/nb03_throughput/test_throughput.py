@@ -45,7 +45,7 @@ def test_littles_law_by_hand():
     table = capacity.littles_law(batched, {"sharegpt": 250.0})
     first = table.iloc[0]
     assert first["λ·W"] == 20.0 and first["s/token this run"] == 0.04
-    assert first["paper batch"] == 30.42 and first["s/token the paper's batch implies"] == pytest.approx(30.42 / 2 / 250)
+    assert first["paper batch"] == 30.42 and first["s/token the paper's batch implies"] == pytest.approx(30.42 / 2 / 337.99)  # the paper's trace
     assert math.isnan(table.iloc[1]["paper batch"])  # the paper states no batch at 3 req/s
     saturated = table.iloc[2]  # served 0.8 of 2 req/s: the law holds with the served rate, no implied step time
     assert not saturated["keeps up"] and saturated["λ·W"] == 8.0 and math.isnan(saturated["s/token the paper's batch implies"])

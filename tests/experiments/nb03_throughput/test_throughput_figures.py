@@ -72,6 +72,20 @@ def test_latency_plot_is_a_trace_by_model_grid_with_linear_axes_and_a_figure_leg
         throughput.plot_latency_vs_rate(_points().iloc[:0])
 
 
+def test_the_stopped_early_legend_entry_is_there_only_with_such_markers():
+    def labels(points):
+        fig = throughput.plot_latency_vs_rate(points)
+        try:
+            (legend,) = fig.legends
+            return [t.get_text() for t in legend.get_texts()]
+        finally:
+            plt.close(fig)
+
+    assert "stopped early (≥)" in labels(_points())
+    assert "stopped early (≥)" not in labels(_points().assign(stopped_early=False))
+    assert "stopped early (≥)" not in labels(_points().drop(columns="stopped_early"))
+
+
 def test_batched_requests_plot_marks_the_papers_values():
     df = pd.DataFrame([{"trace": "sharegpt", "load": "paper", "rate": 2.0, "system": s, "avg_batched_requests": 5.0,
                         "avg_decode_batched_requests": 6.0, "time_avg_batched_requests": 5.5}
@@ -129,18 +143,3 @@ def test_ratio_table_by_hand():
 def test_workload_names():
     assert [capacity.workload(t) for t in ("sharegpt", "alpaca", "alpaca-synthetic", "sharegpt-chat", "x.csv")] == \
         ["sharegpt", "alpaca", "alpaca", "chatbot", "sharegpt"]
-
-
-def test_paper_comparison_has_ratios_batches_and_chatbot():
-    ratios = capacity.ratio_table(_sustained({"paged": 4.0, "orca-oracle": 2.0}))
-    chat = capacity.ratio_table(_sustained({"paged": 2.0, "orca-max": 1.0}, trace="sharegpt-chat"))
-    batched = pd.DataFrame([{"model": "opt-13b", "trace": "sharegpt", "load": "paper", "rate": 2.0, "cpu_scale": 1.0,
-                             "system": "paged", "avg_batched_requests": 15.0, "avg_decode_batched_requests": 16.0}])
-    table = throughput.paper_comparison(ratios, batched, chat).set_index("claim")
-    assert table.loc["sharegpt: sustained rate paged ÷ Orca (Oracle)", "this run"] == "2.00× at 0.2 s/token (4 vs 2)"
-    peaked = capacity.ratio_table(_sustained({"paged": 4.0, "orca-oracle": 2.0}, peaks={"paged": 9.0, "orca-oracle": 3.0}))
-    text = throughput.paper_comparison(peaked, batched).set_index("claim").iloc[0]["this run"]
-    assert text == "2.00× at 0.2 s/token (4 vs 2); 3.00× peak to peak (threshold-free)"
-    assert table.loc["chatbot: sustained rate paged ÷ Orca (Max)", "paper"] == "2×"
-    assert table.loc["avg batched requests, sharegpt@2, paged", "paper"] == "30.42"
-    assert table.loc["avg batched requests, sharegpt@2, paged", "this run"].startswith("16.00 per decode")

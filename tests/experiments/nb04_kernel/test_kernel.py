@@ -60,3 +60,21 @@ def test_plot_draws_the_roofline_when_the_device_has_a_peak():
 def test_compare_launches_needs_a_gpu():
     with pytest.raises(ValueError, match="needs a CUDA device"):
         fig18a.compare_launches(1, 16, {"a": {}}, device=torch.device("cpu"))
+
+
+@pytest.mark.parametrize("roofline", [False, True])
+def test_the_legends_stand_outside_the_panels_so_they_cover_no_line(roofline):
+    import matplotlib.pyplot as plt
+
+    frame = fig18a.sweep([16, 64], [1, 4], num_heads=4, num_kv_heads=2, head_size=32, device="cpu", repeats=1)
+    if roofline:
+        frame["ideal_us"] = frame["paged_us"] / 2
+    fig = fig18a.plot_fig18a(frame)
+    try:
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes[:2]:
+            legend, panel = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+            assert legend.x0 >= panel.x1 - 1, "a legend overlaps its panel's data area"
+        assert not fig.axes[0].get_legend().get_window_extent(renderer).overlaps(fig.axes[1].get_window_extent(renderer))
+    finally:
+        plt.close(fig)

@@ -91,3 +91,15 @@ def test_shown_figure_is_the_saved_png_with_its_provenance(tmp_path, monkeypatch
     info = kw["metadata"][FIGURE_METADATA_KEY]
     assert info["number"] == "2" and info["claim"] == "a claim" and info["files"]["png"] == "demo.png"
     assert not plt.fignum_exists(fig.number)  # closed: the inline backend would show it a second time
+
+
+def test_saved_pdfs_embed_truetype_fonts_not_type3(tmp_path):
+    """Many publishers' checks reject Type 3 fonts; the PDF embeds TrueType (pdf.fonttype 42) even
+    when the caller's style asked for Type 3."""
+    data = pd.DataFrame({"x": [1, 2, 3], "y": [3.0, 1.0, 2.0]})
+    fig = _figure()
+    fig.axes[0].set_title("tokens · blocks ÷ 2")
+    with plt.rc_context({"pdf.fonttype": 3}):
+        pdf = save_figure(fig, data, "fonts", tmp_path, claim="a claim", number=2)["pdf"].read_bytes()
+    assert b"/Subtype /TrueType" in pdf or b"/CIDFontType2" in pdf
+    assert b"/Type3" not in pdf

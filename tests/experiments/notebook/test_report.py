@@ -27,7 +27,8 @@ _SMALL = [
              "save_figure(fig, pd.DataFrame({'x': [1, requests]}), 'fig99_small', output_dir, number='99', "
              "claim='A small figure')\nimport sys; print('stderr-noise-42', file=sys.stderr)"),
     ("markdown", "## Paper vs this run"),
-    ("code", "pd.DataFrame({'claim': ['memory'], 'paper': ['96.3%'], 'this run': [f'{requests}']})"),
+    ("code", "pd.DataFrame({'claim': ['memory', 'a claim whose explanation runs well past fifty characters to its end'], "
+             "'paper': ['96.3%', None], 'this run': [f'{requests}', float('nan')]})"),
     ("markdown", "## Afterwards\nnot part of the comparison"),
 ]
 
@@ -94,6 +95,11 @@ def test_report_is_one_self_contained_html_file(executed, tmp_path):
     assert "not part of the comparison" in html and html.count("not part of the comparison") == 1
     assert "stderr-noise-42" in notebooks[1].read_text()  # it was there to drop
     assert "stderr-noise-42" not in html and "record_parameters" not in html  # no stderr, no code
+    # tables whole, left-aligned, without NaN or a row-number column
+    assert html.count("a claim whose explanation runs well past fifty characters to its end") == 2
+    text = re.sub(r"data:[^\"']+", "", html)  # the embedded images' base64 can spell anything
+    assert "NaN" not in text and "<th>0</th>" not in text and 'class="dataframe paged-table"' in html
+    assert ".jp-RenderedHTMLCommon table td, .jp-RenderedHTMLCommon table th {text-align: left; white-space: normal;" in html
 
 
 def test_report_without_notebooks_says_what_to_run(tmp_path):

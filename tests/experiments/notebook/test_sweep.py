@@ -104,3 +104,18 @@ def test_sweep_notebook_command(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "paged", "sweep-notebook", str(nb), "--grid", "{x: [", "--out",
                           str(tmp_path / "t")], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--grid is not valid YAML" in bad.stderr
+
+
+def test_a_grid_with_an_unknown_parameter_is_refused_before_any_run(tmp_path):
+    grid = parameter_grid({"block_size": [8, 16], "blok_size": [1]})
+    with pytest.raises(ValueError, match=r"01_fragmentation.ipynb has no parameter 'blok_size'; its parameters are .*block_size"):
+        sweep_notebook("notebooks/01_fragmentation.ipynb", grid, tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_the_command_line_names_an_unknown_grid_parameter_in_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "paged", "sweep-notebook", "notebooks/01_fragmentation.ipynb",
+                          "--grid", "{num_request: [10]}", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: 01_fragmentation.ipynb has no parameter 'num_request'")
+    assert "Traceback" not in out.stderr and not list(tmp_path.iterdir())
