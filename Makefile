@@ -23,7 +23,7 @@ export PYTHONHASHSEED := 0
 SHARED ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test quick reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-engine-step bench-workloads gpu-check model clean
+.PHONY: help venv test quick reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-engine-step bench-cpu-attention bench-workloads gpu-check model clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -108,6 +108,9 @@ bench-workloads: $(STAMP) ## Loading a ShareGPT JSON: first (tokenize) vs cached
 
 bench-engine-step: $(STAMP) ## The engine's decode and prefill step vs a dense HF forward (CPU time, interleaved rounds)
 	$(PY) -m paged.bench.engine_step
+
+bench-cpu-attention: $(STAMP) ## The engine's CPU decode attention vs contiguous SDPA: batch 1-128 × context to 2,048 × uniform/mixed × fp32/bf16
+	$(PY) -m paged.bench.cpu_attention
 
 bench-engine: $(STAMP) ## Real-model engine throughput ratios, then where its time goes
 	$(PY) -m paged.bench.engine

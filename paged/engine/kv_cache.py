@@ -141,17 +141,66 @@ class PagedKVCache:
         if slot_mapping.numel() == 0:
             return
         slots = slot_mapping.to(device=self.device, dtype=torch.int64)
+        keep = self._check_range(slots)
+        if keep is not None:
+            slots, key, value = slots[keep], key[keep.to(key.device)], value[keep.to(value.device)]
+        self._check_distinct(slots)
+        self.write_checked(layer, slots, key, value)
+
+    def check_slots(self, slot_mapping: torch.Tensor) -> torch.Tensor:
+        """Validate a step's slot mapping once, for :meth:`write_checked` in every layer.
+
+        The same checks as :meth:`write` (two scalars and a sort of the slots reach the host), done
+        once per step instead of once per layer.
+
+        Args:
+            slot_mapping: ``[num_tokens]`` integer cache slots (block × block_size + offset), distinct,
+                none ``-1`` (padding goes through :meth:`write`).
+
+        Returns:
+            ``[num_tokens]`` int64 on the cache's device.
+
+        Raises:
+            TypeError: a non-integer slot mapping.
+            ValueError: not 1-d, a slot outside ``[0, num_blocks * block_size)`` or a repeated slot.
+        """
+        if not isinstance(slot_mapping, torch.Tensor) or slot_mapping.dtype.is_floating_point or slot_mapping.dtype == torch.bool:
+            raise TypeError("slot_mapping must be an integer torch.Tensor")
+        if slot_mapping.dim() != 1:
+            raise ValueError(f"need slot_mapping [num_tokens], got {tuple(slot_mapping.shape)}")
+        slots = slot_mapping.to(device=self.device, dtype=torch.int64)
+        if slots.numel():
+            if self._check_range(slots) is not None:
+                raise ValueError("slot_mapping holds -1 (skip); write() takes padded slot mappings")
+            self._check_distinct(slots)
+        return slots
+
+    def write_checked(self, layer: int, slots: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        """:meth:`write` without its checks: ``slots`` from :meth:`check_slots`, ``layer`` in range.
+
+        Args:
+            layer: layer index.
+            slots: ``[num_tokens]`` int64 on the cache's device.
+            key, value: ``[num_tokens, num_kv_heads, head_size]`` in the cache dtype.
+
+        Cost: one ``index_copy_`` per tensor.
+        """
+        num_slots = self.num_blocks * self.block_size
+        self.key_caches[layer].view(num_slots, self.num_kv_heads, self.head_size).index_copy_(0, slots, key.to(self.device))
+        self.value_caches[layer].view(num_slots, self.num_kv_heads, self.head_size).index_copy_(0, slots, value.to(self.device))
+
+    def _check_range(self, slots: torch.Tensor) -> torch.Tensor | None:
+        """Raise unless every slot is −1 or in range; the mask of slots to keep when some are −1."""
         num_slots = self.num_blocks * self.block_size
         low, high = int(slots.min()), int(slots.max())
         if low < -1 or high >= num_slots:
             raise ValueError(f"slots must be -1 (skip) or in [0, {num_slots}), got range [{low}, {high}]")
-        keep = slots >= 0
-        if low == -1:
-            slots, key, value = slots[keep], key[keep.to(key.device)], value[keep.to(value.device)]
+        return slots >= 0 if low == -1 else None
+
+    @staticmethod
+    def _check_distinct(slots: torch.Tensor) -> None:
         if torch.unique(slots).numel() != slots.numel():
             raise ValueError("slot_mapping repeats a slot; each token needs its own slot")
-        self.key_caches[layer].view(num_slots, self.num_kv_heads, self.head_size).index_copy_(0, slots, key.to(self.device))
-        self.value_caches[layer].view(num_slots, self.num_kv_heads, self.head_size).index_copy_(0, slots, value.to(self.device))
 
     # -- block moves ---------------------------------------------------------------------
     @staticmethod

@@ -17,9 +17,11 @@ How one step flows (checked against transformers 5.24's Llama code):
 * ``logits_to_keep`` (a tensor of row indices) makes the LM head run only on each sequence's last
   token, so a prefill never computes logits for every prompt token.
 * Per layer, the attention function writes the step's keys and values through the slot mapping
-  (:meth:`PagedKVCache.write`). **Prefill** then attends causally, one sequence at a time: a sequence
-  whose every token is computed in this step attends over the step's own keys and values
-  (``scaled_dot_product_attention`` with ``is_causal``); a sequence whose first tokens' KV is already
+  (checked once per step by :meth:`PagedKVCache.check_slots`, stored by
+  :meth:`PagedKVCache.write_checked`). **Prefill** then attends causally: sequences whose every
+  token is computed in this step attend over the step's own keys and values
+  (``scaled_dot_product_attention`` with ``is_causal``), neighbours of equal length in one call over
+  ``[num_seqs, heads, tokens, head_size]`` views of the packed row; a sequence whose first tokens' KV is already
   in the cache (a prefix-cache hit, blocks a sibling computes in the same step, §4.4) computes only
   its tail, and its queries read the whole context (cached prefix and new tokens, written just
   before) through its block table, with a causal mask aligned to the end of the context.
@@ -59,11 +61,16 @@ class StepMetadata:
     Attributes:
         kv_cache: the paged KV cache.
         is_prefill: prefill (every token of each sequence) or decode (one token per sequence).
-        slot_mapping: ``[num_tokens]`` int64 cache slot of each token (block × block_size + offset).
+        slot_mapping: ``[num_tokens]`` int64 cache slot of each token (block × block_size + offset),
+            checked once per step (:meth:`PagedKVCache.check_slots`).
         seq_lens: prefill only: tokens each packed sequence computes in this step, in order (tokens).
         prefill_contexts: prefill only: per sequence, None when it computes all of its tokens, else
             ``(context_len, block_ids)``: the tokens it attends to (cached prefix + new, tokens) and
             ``[ceil(context_len / block_size)]`` int64 physical blocks holding them.
+        prefill_runs: prefill only: ``(first_token, num_seqs, tokens_each, context)`` per run of
+            consecutive sequences that compute all of their tokens and the same number of them
+            (``context`` None; one attention call each), or per sequence with a cached prefix
+            (``num_seqs`` 1, ``context`` its ``prefill_contexts`` entry).
         block_tables: decode only: ``[num_seqs, max_blocks]`` int32 physical block ids.
         context_lens: decode only: ``[num_seqs]`` int32 tokens each sequence attends to.
         max_context_len: decode only: the largest context length (tokens).
@@ -77,6 +84,7 @@ class StepMetadata:
     slot_mapping: torch.Tensor
     seq_lens: list[int] | None = None
     prefill_contexts: list[tuple[int, torch.Tensor] | None] | None = None
+    prefill_runs: list[tuple[int, int, int, tuple[int, torch.Tensor] | None]] | None = None
     block_tables: torch.Tensor | None = None
     context_lens: torch.Tensor | None = None
     max_context_len: int = 0
@@ -110,22 +118,20 @@ def _paged_attention_forward(module, query, key, value, attention_mask, scaling=
     k = key[0].transpose(0, 1)  # [num_tokens, num_kv_heads, head_size]
     v = value[0].transpose(0, 1)
     cache = meta.kv_cache
-    cache.write(layer, meta.slot_mapping, k, v)
+    cache.write_checked(layer, meta.slot_mapping, k, v)
     if meta.is_prefill:
         outs = []
-        start = 0
         gqa = query.shape[1] != key.shape[1]
-        contexts = meta.prefill_contexts or [None] * len(meta.seq_lens)
-        for n, context in zip(meta.seq_lens, contexts):
-            end = start + n
-            if context is None:
-                o = F.scaled_dot_product_attention(query[:, :, start:end], key[:, :, start:end],
-                                                   value[:, :, start:end], is_causal=True, scale=scaling,
-                                                   enable_gqa=gqa)
+        for start, count, n, context in meta.prefill_runs:
+            end = start + count * n
+            if context is None:  # ``count`` sequences of ``n`` tokens: one causal SDPA over [count, heads, n, d] views
+                q_run, k_run, v_run = (t[0, :, start:end].unflatten(1, (count, n)).transpose(0, 1)
+                                       for t in (query, key, value))
+                o = F.scaled_dot_product_attention(q_run, k_run, v_run, is_causal=True, scale=scaling, enable_gqa=gqa)
+                outs.append(o.transpose(1, 2).reshape(count * n, *o.shape[1::2]))  # [count * n, num_heads, head_size]
             else:
                 o = _attend_context(query[:, :, start:end], cache, layer, context, scaling, gqa)
-            outs.append(o[0].transpose(0, 1))  # [n, num_heads, head_size]
-            start = end
+                outs.append(o[0].transpose(0, 1))  # [n, num_heads, head_size]
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
     elif meta.use_reference:
         out = paged_attention_bucketed(q, cache.key_caches[layer], cache.value_caches[layer], meta.buckets, scaling,
@@ -134,6 +140,21 @@ def _paged_attention_forward(module, query, key, value, attention_mask, scaling=
         out = paged_attention(q, cache.key_caches[layer], cache.value_caches[layer], meta.block_tables,
                               meta.context_lens, scale=scaling)
     return out[None], None
+
+
+def _prefill_runs(seq_lens: list[int], contexts: list | None) -> list[tuple[int, int, int, tuple | None]]:
+    """:attr:`StepMetadata.prefill_runs` of a prefill step: equal-length neighbours without a cached prefix merge."""
+    runs: list[list] = []
+    start = 0
+    for i, n in enumerate(seq_lens):
+        context = None if contexts is None else contexts[i]
+        last = runs[-1] if runs else None
+        if context is None and last is not None and last[3] is None and last[2] == n:
+            last[1] += 1
+        else:
+            runs.append([start, 1, n, context])
+        start += n
+    return [tuple(run) for run in runs]
 
 
 def _attend_context(query: torch.Tensor, cache: PagedKVCache, layer: int, context: tuple[int, torch.Tensor],
@@ -239,13 +260,14 @@ class ModelRunner:
         dev = self.device
         ids = torch.tensor([input_ids], dtype=torch.int64, device=dev)
         pos = torch.tensor([positions], dtype=torch.int64, device=dev)
-        slots = torch.tensor(slot_mapping, dtype=torch.int64, device=dev)
+        slots = self.kv_cache.check_slots(torch.tensor(slot_mapping, dtype=torch.int64, device=dev))
         if is_prefill:
             contexts = None
             if context_lens is not None and any(c != q for c, q in zip(context_lens, seq_lens)):
                 contexts = [None if c == q else (c, torch.tensor(t, dtype=torch.int64, device=dev))
                             for c, q, t in zip(context_lens, seq_lens, block_tables)]
-            meta = StepMetadata(self.kv_cache, True, slots, seq_lens=seq_lens, prefill_contexts=contexts)
+            meta = StepMetadata(self.kv_cache, True, slots, seq_lens=seq_lens, prefill_contexts=contexts,
+                                prefill_runs=_prefill_runs(seq_lens, contexts))
             last = torch.tensor(seq_lens, device=dev).cumsum(0) - 1
         else:
             width = max(len(t) for t in block_tables)

@@ -69,6 +69,23 @@ def test_write_errors(slots, key_shape, dtype, error, match):
         cache.write(0, torch.tensor([0.0]), torch.zeros(1, 2, 64), torch.zeros(1, 2, 64))
 
 
+
+@pytest.mark.parametrize("slots, error, match", [
+    ([0, 128], ValueError, "slots must be"), ([5, 5], ValueError, "repeats a slot"),
+    ([3, -1], ValueError, "holds -1"), ([[0, 1]], ValueError, "num_tokens"), ([0.0], TypeError, "integer"),
+])
+def test_check_slots_errors(slots, error, match):
+    with pytest.raises(error, match=match):
+        small_cache().check_slots(torch.tensor(slots))
+
+
+def test_write_checked_stores_what_write_stores():
+    a, b = small_cache(), small_cache()
+    key, value = torch.randn(3, 2, 64), torch.randn(3, 2, 64)
+    a.write(1, torch.tensor([17, 3, 127]), key, value)
+    b.write_checked(1, b.check_slots(torch.tensor([17, 3, 127], dtype=torch.int32)), key, value)
+    assert torch.equal(a.key_caches[1], b.key_caches[1]) and torch.equal(a.value_caches[1], b.value_caches[1])
+
 def test_copy_blocks_every_layer_in_one_call():
     cache = small_cache()
     for t in cache.key_caches + cache.value_caches:

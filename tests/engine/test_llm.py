@@ -274,6 +274,19 @@ def test_beam_search_preempted_mid_search_returns_the_same_beams(model, prompts,
             assert d.cumulative_logprob == pytest.approx(c.cumulative_logprob, rel=1e-6)
 
 
+def test_equal_length_prompts_prefill_in_one_call_and_equal_hf(model):
+    """Neighbouring prompts of one length share a prefill attention call; their tokens still equal HF's."""
+    gen = torch.Generator().manual_seed(3)
+    lens = (17, 17, 17, 5, 9, 9)
+    prompts = [torch.randint(3, 256, (n,), generator=gen).tolist() for n in lens]
+    from paged.engine.model_runner import _prefill_runs
+    assert _prefill_runs(list(lens), None) == [(0, 3, 17, None), (51, 1, 5, None), (56, 2, 9, None)]
+    outs = LLM(model, block_size=16, num_gpu_blocks=64).generate(prompts, GREEDY)
+    for p, out in zip(prompts, outs):
+        ref = model.generate(torch.tensor([p]), max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=0)
+        assert out.outputs[0].token_ids == ref[0, len(p):].tolist()
+
+
 def test_the_shipped_model_loads_by_name_from_any_directory(tmp_path, monkeypatch):
     """``LLM("paged-tiny")`` finds the package's model wherever the process runs (no checkout path)."""
     from paged import shipped_model_path
