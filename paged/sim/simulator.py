@@ -42,6 +42,7 @@ from paged.core.scheduler import Scheduler, SchedulerOutputs
 from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop, ServingResult
 from paged.sim.beam_replay import BeamTrace, beam_trace
+from paged.sim.decode_calendar import CalendarServingLoop, applies
 from paged.sim.executor import SimulatedExecutor
 
 __all__ = ["simulate", "groups_from_trace", "gc_paused", "SimSequenceGroup", "SHARED_PREFIX_MODES"]
@@ -187,8 +188,10 @@ def simulate(
                 )
         executor = SimulatedExecutor(iteration_time, fast_forward=fast_forward,
                                      first_fork_id=sum(len(g.seqs) for g in groups))
-        loop = ServingLoop(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing,
-                           on_finish=on_finish)
+        loop_class = CalendarServingLoop if applies(groups, kv_manager, executor, record_memory=record_memory,
+                                                    record_sharing=record_sharing) else ServingLoop
+        loop = loop_class(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing,
+                          on_finish=on_finish)
         result = loop.run()
     result.kv_copy_tokens, result.kv_copy_seconds = executor.copied_tokens, executor.copy_seconds
     result.cow_blocks, result.cow_seconds = executor.cow_blocks, executor.cow_seconds
