@@ -147,14 +147,14 @@ def _report(args) -> None:
                 sides[side].append(out)
             print(f"round {r + 1}/{args.rounds}: alpaca knee {sides['baseline'][-1]['alpaca_knee_s']:.2f} s vs "
                   f"{sides['this'][-1]['alpaca_knee_s']:.2f} s", flush=True)
-    print(f"\n{'measurement':<26}{'baseline median [min–max]':>30}{'this median [min–max]':>30}{'speed-up':>12}")
+    print(f"\n{'measurement':<26}{'baseline median [min–max]':>36}{'this median [min–max]':>36}{'speed-up':>12}")
     for key in sides["this"][0]:
         b = [m[key] for m in sides["baseline"]]
         t = [m[key] for m in sides["this"]]
         fmt = (lambda v: f"{v:.3f}") if key in _SECONDS else (lambda v: f"{v:,.0f}")
         ratio = statistics.median(b) / statistics.median(t) if key in _SECONDS else statistics.median(t) / statistics.median(b)
-        print(f"{key:<26}{fmt(statistics.median(b)) + ' [' + fmt(min(b)) + '–' + fmt(max(b)) + ']':>30}"
-              f"{fmt(statistics.median(t)) + ' [' + fmt(min(t)) + '–' + fmt(max(t)) + ']':>30}{ratio:>11.2f}×")
+        print(f"{key:<26}{fmt(statistics.median(b)) + ' [' + fmt(min(b)) + '–' + fmt(max(b)) + ']':>36}"
+              f"{fmt(statistics.median(t)) + ' [' + fmt(min(t)) + '–' + fmt(max(t)) + ']':>36}{ratio:>11.2f}×")
     this = {k: statistics.median(m[k] for m in sides["this"]) for k in sides["this"][0]}
     print(f"\ntargets (this checkout): token-steps/s ≥ 1,000,000: "
           f"{'met' if this['token_steps_per_s'] >= 1e6 else 'NOT met'}; 1,000-request paged point ≤ 2 s: "
