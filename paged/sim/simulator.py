@@ -20,6 +20,13 @@ for every block-boundary crossing. The run is applied at once: each sequence gai
 the same order, and the memory sums are added in closed form, so the result is exactly the
 step-by-step loop's (``tests/sim/test_simulator.py`` checks it).
 
+Decode calendar (:mod:`paged.sim.decode_calendar`): when every request is one sequence without a
+shared prefix and nothing is recorded, the loop is a :class:`~paged.sim.decode_calendar.CalendarServingLoop`:
+token counts follow a global decode counter, and a decode step touches only the sequences that cross a
+block boundary or finish in it, so a step costs O(changes), not O(running sequences) (at paged's knee,
+where a request arrives every iteration or two, the fast-forward's runs are one iteration long). The
+same steps, the same numbers (``tests/sim/test_decode_calendar.py``).
+
 Sequence groups (§4.4, :func:`groups_from_trace`): a request may run ``n`` parallel samples (they
 share the prompt's blocks; the shared, partly filled last block is copied on write, one copy per
 writer but the last), or a beam search of width ``k`` that replays a search the real engine recorded
