@@ -119,6 +119,7 @@ def latency_sweep(rates: pd.DataFrame, systems=FIG14_SYSTEMS, *, fractions=(0.2,
                                    record_sharing=False, **group_options(decoding, width)))
                 labels.append((decoding, width))
     df = sweep(points, workers=workers, desc="Fig. 14 sweep", known=known)
+    df = df.drop(columns=[c for c in ("decoding", "width") if c in df.columns])  # reused search rows carry them
     df.insert(2, "decoding", [d for d, _ in labels])
     df.insert(3, "width", [w for _, w in labels])
     return df
@@ -240,6 +241,7 @@ def shared_prefix_sweep(rates: pd.DataFrame, *, fractions=(0.2, 0.4, 0.6, 0.8, 1
                                    prefix_caching=caching, record_sharing=False))
                 labels.append((shot, label))
     df = sweep(points, workers=workers, desc="Fig. 16 sweep", known=known)
+    df = df.drop(columns=[c for c in ("shot", "label") if c in df.columns])  # reused search rows carry them
     df["shot"] = [s for s, _ in labels]
     df["system"] = [label for _, label in labels]
     return df
