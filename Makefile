@@ -100,8 +100,8 @@ GPU_CHECK_ARGS ?=
 gpu-check: $(STAMP) ## CUDA GPU only (<5 min): GPU tests, Fig. 18a + long contexts, split-K; JSON + figure in build/gpu_check
 	$(PY) -m paged.bench.gpu_check --out build/gpu_check $(GPU_CHECK_ARGS)
 
-bench-sim: $(STAMP) ## Simulator speed: token-steps/s and one 1,000-request point
-	$(PY) -m paged.bench.sim
+bench-sim: $(STAMP) ## Simulator speed vs a baseline commit, interleaved (BASE=HEAD~1, ROUNDS=5)
+	$(PY) -m paged.bench.sim --base $(or $(BASE),HEAD~1) --rounds $(or $(ROUNDS),5)
 
 bench-workloads: $(STAMP) ## Loading a ShareGPT JSON: first (tokenize) vs cached load, fresh processes
 	$(PY) -m paged.bench.workloads

@@ -1,85 +1,166 @@
-"""Simulator speed: simulated token-steps per second and the wall time of one serving point.
+"""Simulator speed against a baseline commit: the same measurements, interleaved, in fresh processes.
 
-Run: ``python -m paged.bench.sim``. Targets: ≥ 1,000,000 token-steps/s on one core, and
-≤ 2 s for one 1,000-request ShareGPT point on OPT-13B (paged, 2 requests/s: Fig. 13's point).
-Also the regime that costs the most in notebook 03: short Alpaca requests at paged's knee (OPT-13B,
-45 requests/s), where a request arrives every iteration or two, so nearly every decode iteration
-is followed by a prefill and runs of identical decodes (the fast-forward) are one iteration long.
-A token-step is one sequence advanced by one token in one iteration (prefill or decode), i.e.
-the sum over iterations of the sequences in the batch. Also prints the same point stepped one
-iteration at a time (``fast_forward=False``), which gives identical results, for comparison.
+Run: ``python -m paged.bench.sim [--base REF] [--rounds 5]`` (``make bench-sim [BASE=REF]``). The
+baseline's ``paged/`` package is exported from git (``git archive REF paged``) into a temporary
+directory; every round runs one process per side, baseline and this checkout alternately, each
+importing its own ``paged`` (the process prints which), so a busy machine slows both alike. Each
+process measures:
+
+* ``sharegpt_point_s``: one 1,000-request ShareGPT point per system (Fig. 12's five, OPT-13B,
+  2 requests/s: Fig. 13's rate), summed; ``paged_point_s``: the paged one alone (target ≤ 2 s);
+* ``stepwise_paged_point_s``: the paged point stepped one iteration at a time (``fast_forward=False``);
+* ``alpaca_knee_s``: 10 minutes of Alpaca arrivals at paged's knee (OPT-13B, 45 requests/s, about
+  27,000 requests), the regime that costs the most in notebook 03: a request arrives every iteration
+  or two and the cache is full, so nearly every decode is followed by a prefill or preempts;
+* ``token_steps_per_s``: token-steps (one sequence advanced by one token in one iteration) of the
+  ShareGPT points per second of their wall time (target ≥ 1,000,000).
+
+Printed: per measurement the median over rounds and the spread (min–max) on each side, and the
+speed-up of the medians (baseline ÷ this checkout for seconds, this ÷ baseline for token-steps/s; above 1:
+this checkout is faster); ``uptime`` before and after. Only the
+public interface both sides have is used (:func:`paged.experiments.serving.run_system`,
+:func:`paged.sim.simulator.simulate`, :func:`paged.experiments.serving.run_length.long_trace`).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import time
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 from paged.bench import bench_parser
 from paged.cli import positive_float, positive_int, run_command
-from paged.workloads import get_trace
-from paged.experiments.serving.run_length import long_trace
+
+__all__ = ["measure", "main", "export_package"]
+
+#: What each measuring process runs (the same source against either side's ``paged``).
+_WORKER = r'''
+import json, sys, time
+import paged
 from paged.experiments.serving import SYSTEMS, cost_model_for, run_system
+from paged.experiments.serving.run_length import long_trace
 from paged.sim.simulator import simulate
 from paged.systems import make_kv_manager
+from paged.workloads import get_trace
 
-
-def measure(num_requests: int = 1000, rate: float = 2.0, seed: int = 0) -> dict[str, float]:
-    """Time one point per system and the paged point without fast-forward.
-
-    Returns:
-        ``paged_point_s`` (seconds, paged at ``rate``), ``token_steps_per_s`` (over all systems'
-        points), ``paged_token_steps_per_s``, ``stepwise_paged_point_s``; ``alpaca_knee_s`` and
-        ``alpaca_knee_token_steps_per_s`` (3 minutes of Alpaca arrivals at 45 requests/s, about 8,100
-        requests, paged, OPT-13B).
-    """
-    trace = get_trace("sharegpt", num_requests, seed=seed, rate=rate)
-    steps = wall = 0.0
-    out: dict[str, float] = {}
-    for system in SYSTEMS:
-        cost = cost_model_for("opt-13b", system, 16)
-        start = time.perf_counter()
-        result = run_system(trace, system, cost)
-        seconds = time.perf_counter() - start
-        steps += result.batched_requests_sum
-        wall += seconds
-        if system == "paged":
-            out["paged_point_s"] = seconds
-            out["paged_token_steps_per_s"] = result.batched_requests_sum / seconds
-            manager = make_kv_manager("paged", cost.num_kv_slots)
-            start = time.perf_counter()
-            simulate(trace, manager, cost, record_memory=False, fast_forward=False)
-            out["stepwise_paged_point_s"] = time.perf_counter() - start
-    out["token_steps_per_s"] = steps / wall
-    knee = long_trace("alpaca-bare", 45.0, 180.0, seed)  # 3 minutes of arrivals: about 8,100 requests
+num_requests, rate, seed = json.loads(sys.argv[1])
+trace = get_trace("sharegpt", num_requests, seed=seed, rate=rate)
+knee = long_trace("alpaca-bare", 45.0, 600.0, seed)
+for system in SYSTEMS:  # the model presets and traces load outside the timings
+    cost_model_for("opt-13b", system, 16)
+out = {"paged": paged.__file__}
+steps = wall = 0.0
+for system in SYSTEMS:
+    cost = cost_model_for("opt-13b", system, 16)
     start = time.perf_counter()
-    result = run_system(knee, "paged", cost_model_for("opt-13b", "paged", 16))
-    out["alpaca_knee_s"] = time.perf_counter() - start
-    out["alpaca_knee_token_steps_per_s"] = result.batched_requests_sum / out["alpaca_knee_s"]
-    return out
+    result = run_system(trace, system, cost)
+    seconds = time.perf_counter() - start
+    steps += result.batched_requests_sum
+    wall += seconds
+    if system == "paged":
+        out["paged_point_s"] = seconds
+        manager = make_kv_manager("paged", cost.num_kv_slots)
+        start = time.perf_counter()
+        simulate(trace, manager, cost, record_memory=False, fast_forward=False)
+        out["stepwise_paged_point_s"] = time.perf_counter() - start
+out["sharegpt_point_s"] = wall
+out["token_steps_per_s"] = steps / wall
+start = time.perf_counter()
+run_system(knee, "paged", cost_model_for("opt-13b", "paged", 16))
+out["alpaca_knee_s"] = time.perf_counter() - start
+print(json.dumps(out))
+'''
+
+#: Measurements where smaller is better (seconds); the others are rates.
+_SECONDS = ("paged_point_s", "sharegpt_point_s", "stepwise_paged_point_s", "alpaca_knee_s")
+
+
+def export_package(ref: str, into: Path, repo: Path) -> Path:
+    """Write commit ``ref``'s ``paged/`` package under ``into`` (``git archive``); returns ``into``.
+
+    Raises:
+        RuntimeError: if git cannot resolve ``ref`` or export it (git's message).
+    """
+    archive = subprocess.run(["git", "-C", str(repo), "archive", ref, "paged"], capture_output=True)
+    if archive.returncode:
+        raise RuntimeError(f"cannot export {ref!r}: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def measure(package_root: Path, num_requests: int = 1000, rate: float = 2.0, seed: int = 0) -> dict:
+    """One measuring process importing ``paged`` from ``package_root`` (module docstring): its figures
+    (seconds, token-steps/s) and ``paged`` (the file imported).
+
+    Raises:
+        RuntimeError: if the process fails (its stderr).
+    """
+    env = {**os.environ, "PYTHONPATH": str(package_root)}
+    proc = subprocess.run([sys.executable, "-c", _WORKER, json.dumps([num_requests, rate, seed])],
+                          capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
+    if proc.returncode:
+        raise RuntimeError(f"the measuring process for {package_root} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "load average: " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Print the simulator figures and whether each target is met."""
+    """Print the interleaved comparison (module docstring)."""
     parser = bench_parser("paged.bench.sim", __doc__)
-    parser.add_argument("--num-requests", type=positive_int, default=1000, help="requests per point")
-    parser.add_argument("--rate", type=positive_float, default=2.0, help="request rate (requests/s)")
+    parser.add_argument("--base", default="HEAD~1", help="baseline commit (default HEAD~1)")
+    parser.add_argument("--rounds", type=positive_int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--num-requests", type=positive_int, default=1000, help="requests per ShareGPT point")
+    parser.add_argument("--rate", type=positive_float, default=2.0, help="ShareGPT request rate (requests/s)")
     run_command(parser, _report, argv)
 
 
 def _report(args) -> None:
-    get_trace("sharegpt", 10, seed=0, rate=1.0)  # load the trace and the model presets outside the timings
-    cost_model_for("opt-13b", "paged", 16)
-    r = measure(args.num_requests, args.rate)
-    print(f"token-steps/s, all five systems   : {r['token_steps_per_s']:>12,.0f} "
-          f"(target ≥ 1,000,000: {'met' if r['token_steps_per_s'] >= 1e6 else 'NOT met'})")
-    print(f"token-steps/s, paged              : {r['paged_token_steps_per_s']:>12,.0f}")
-    print(f"{args.num_requests}-request ShareGPT point, OPT-13B, paged @ {args.rate} req/s: "
-          f"{r['paged_point_s']:.3f} s (target ≤ 2 s: {'met' if r['paged_point_s'] <= 2 else 'NOT met'})")
-    print(f"same point stepped one iteration at a time: {r['stepwise_paged_point_s']:.3f} s")
-    print(f"3 minutes of Alpaca arrivals at paged's knee (45 req/s, OPT-13B): {r['alpaca_knee_s']:.3f} s, "
-          f"{r['alpaca_knee_token_steps_per_s']:,.0f} token-steps/s")
-    print(f"load average: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    repo = Path(__file__).resolve().parents[2]
+    rev = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", args.base], capture_output=True, text=True)
+    if rev.returncode:
+        raise RuntimeError(f"cannot resolve --base {args.base!r}: {rev.stderr.strip()}")
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "paged"], capture_output=True,
+                           text=True).stdout.strip()
+    print(f"baseline {args.base} = {rev.stdout.strip()}; this checkout {head}{' + uncommitted changes' if dirty else ''}")
+    print(_uptime())
+    sides = {"baseline": [], "this": []}
+    with tempfile.TemporaryDirectory(prefix="paged-bench-base-") as tmp:
+        base_root = export_package(args.base, Path(tmp), repo)
+        for r in range(args.rounds):
+            order = (("baseline", base_root), ("this", repo)) if r % 2 == 0 else (("this", repo), ("baseline", base_root))
+            for side, root in order:
+                out = measure(root, args.num_requests, args.rate)
+                if not out.pop("paged").startswith(str(root)):
+                    raise RuntimeError(f"the {side} process imported another paged than {root}")
+                sides[side].append(out)
+            print(f"round {r + 1}/{args.rounds}: alpaca knee {sides['baseline'][-1]['alpaca_knee_s']:.2f} s vs "
+                  f"{sides['this'][-1]['alpaca_knee_s']:.2f} s", flush=True)
+    print(f"\n{'measurement':<26}{'baseline median [min–max]':>36}{'this median [min–max]':>36}{'speed-up':>12}")
+    for key in sides["this"][0]:
+        b = [m[key] for m in sides["baseline"]]
+        t = [m[key] for m in sides["this"]]
+        fmt = (lambda v: f"{v:.3f}") if key in _SECONDS else (lambda v: f"{v:,.0f}")
+        ratio = statistics.median(b) / statistics.median(t) if key in _SECONDS else statistics.median(t) / statistics.median(b)
+        print(f"{key:<26}{fmt(statistics.median(b)) + ' [' + fmt(min(b)) + '–' + fmt(max(b)) + ']':>36}"
+              f"{fmt(statistics.median(t)) + ' [' + fmt(min(t)) + '–' + fmt(max(t)) + ']':>36}{ratio:>11.2f}×")
+    this = {k: statistics.median(m[k] for m in sides["this"]) for k in sides["this"][0]}
+    print(f"\ntargets (this checkout): token-steps/s ≥ 1,000,000: "
+          f"{'met' if this['token_steps_per_s'] >= 1e6 else 'NOT met'}; 1,000-request paged point ≤ 2 s: "
+          f"{'met' if this['paged_point_s'] <= 2 else 'NOT met'}")
+    print("speed-up: baseline ÷ this checkout of the median seconds (this ÷ baseline for token-steps/s); above 1: faster")
+    print(_uptime())
 
 
 if __name__ == "__main__":

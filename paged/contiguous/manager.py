@@ -41,6 +41,9 @@ class ContiguousKVCacheManager:
     #: A fork copies the parent's KV into the child's own reservation (nothing can be shared); the
     #: simulator charges that copy (:class:`paged.sim.executor.SimulatedExecutor`).
     fork_copies_kv = True
+    #: A decode never allocates: the reservation made at the prefill holds every token the request
+    #: will write (the simulator's decode calendar, :mod:`paged.sim.decode_calendar`, reads it).
+    decode_allocates = False
 
     def __init__(self, num_slots: int, policy: str = "max", *, max_seq_len: int = 2048, block_size: int = 1) -> None:
         if policy not in POLICIES:

@@ -144,6 +144,9 @@ class Scheduler:
         # request id -> (its group, its sequence ids when added), while waiting, running or swapped out
         self._groups: dict = {}
         self._seq_ids: set[int] = set()  # the sequence ids of those groups
+        # True while every group added holds one sequence and never more (no samples, no beam, no fork):
+        # then the reserved sequences are the running groups (num_reserved_seqs in O(1)).
+        self._single = True
 
     # -- queue management -------------------------------------------------------------
     def add_seq_group(self, seq_group: SequenceGroup) -> None:
@@ -181,6 +184,8 @@ class Scheduler:
                 f"request {seq_group.request_id!r} has a {seq_group.prompt_len}-token prompt, more than "
                 f"max_num_batched_tokens={self.max_num_batched_tokens}"
             )
+        if self._single and (len(seq_ids) != 1 or seq_group.max_num_seqs > 1):
+            self._single = False
         self.waiting.append(seq_group)
         self._groups[seq_group.request_id] = (seq_group, seq_ids)
         self._seq_ids.update(seq_ids)
@@ -249,7 +254,10 @@ class Scheduler:
 
     def num_reserved_seqs(self) -> int:
         """Sequences the running groups will run at once (each group's ``peak_num_seqs``), which
-        ``max_num_seqs`` bounds: a beam group counts its width from its prefill on. O(groups)."""
+        ``max_num_seqs`` bounds: a beam group counts its width from its prefill on. O(groups); O(1)
+        while every group has held exactly one sequence (each then counts one)."""
+        if self._single:
+            return len(self.running)
         count = 0
         for group in self.running:
             held, peak = len(group.seqs), group.max_num_seqs
@@ -264,6 +272,15 @@ class Scheduler:
             if outputs.scheduled_seq_groups:
                 return outputs
         return self._schedule_decodes()
+
+    def schedule_prefills(self) -> SchedulerOutputs:
+        """Step 1 of :meth:`schedule` alone: admit waiting groups into a prefill iteration (module
+        docstring), or none (``scheduled_seq_groups`` empty: nothing fits, nothing waits, or a group is
+        swapped out, which stops admission). What :meth:`schedule` returns when this schedules any.
+        O(admitted groups) while every group holds one sequence."""
+        if self.swapped:
+            return SchedulerOutputs([], is_prefill=True)
+        return self._schedule_prefills()
 
     def _schedule_prefills(self) -> SchedulerOutputs:
         scheduled: list[SequenceGroup] = []
@@ -307,6 +324,12 @@ class Scheduler:
         outputs.num_batched_tokens = num_tokens
         return outputs
 
+    def schedule_decodes(self) -> SchedulerOutputs:
+        """Step 2 of :meth:`schedule` alone: a decode of every running group, preempting the latest
+        arrivals until the others fit, then resuming swapped-out groups (module docstring). What
+        :meth:`schedule` returns when no prefill is scheduled. O(sequences)."""
+        return self._schedule_decodes()
+
     def _schedule_decodes(self) -> SchedulerOutputs:
         outputs = SchedulerOutputs([], is_prefill=False)
         groups = self.running  # earliest arrival first
@@ -345,6 +368,12 @@ class Scheduler:
             self._add_running(group)
             num_seqs += n
 
+    def preempt(self, group: SequenceGroup, outputs: SchedulerOutputs) -> None:
+        """Preempt a whole running group (module docstring, step 2) and record it in ``outputs``; the
+        caller takes it out of :attr:`running` (a decode step that places the running groups itself,
+        the simulator's decode calendar). O(the group's blocks)."""
+        self._preempt(group, outputs)
+
     def _preempt(self, group: SequenceGroup, outputs: SchedulerOutputs) -> None:
         """Preempt a whole group by swapping (if chosen and possible) or recomputation."""
         group.num_preemptions += 1
@@ -369,6 +398,7 @@ class Scheduler:
     # -- after an iteration -----------------------------------------------------------
     def fork_seq(self, group: SequenceGroup, parent: Sequence, child: Sequence) -> None:
         """Add ``child`` to the group, sharing ``parent``'s KV blocks (§4.4)."""
+        self._single = False
         self.kv_manager.fork(parent, child)
         child.status = SequenceStatus.RUNNING
         group.seqs.append(child)
@@ -378,11 +408,28 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         self.kv_manager.free(seq)
 
-    def free_finished_seq_groups(self) -> list[SequenceGroup]:
-        """Drop finished groups from the running list and return them."""
+    def free_finished_seq_groups(self, candidates: list[SequenceGroup] | None = None) -> list[SequenceGroup]:
+        """Drop finished groups from the running list and return them, in running order.
+
+        Args:
+            candidates: None: every running group is checked, O(groups). Else the running groups that
+                may have finished (a caller that knows which of its sequences finished, e.g. the
+                simulator); only they are checked, O(candidates × groups) in C (list removal).
+        """
+        done = SequenceStatus.FINISHED
+        if candidates is not None:
+            finished = [g for g in candidates if ((g.seqs[0].status is done) if len(g.seqs) == 1 else g.is_finished())]
+            if not finished:
+                return finished
+            running = self.running
+            if len(finished) > 1:
+                finished.sort(key=running.index)
+            for group in finished:
+                running.remove(group)
+                self._forget(group)
+            return finished
         finished: list[SequenceGroup] = []
         kept: list[SequenceGroup] = []
-        done = SequenceStatus.FINISHED
         for group in self.running:  # one pass; a one-sequence group inline (every group, most iterations)
             seqs = group.seqs
             if (seqs[0].status is done) if len(seqs) == 1 else group.is_finished():

@@ -20,6 +20,13 @@ for every block-boundary crossing. The run is applied at once: each sequence gai
 the same order, and the memory sums are added in closed form, so the result is exactly the
 step-by-step loop's (``tests/sim/test_simulator.py`` checks it).
 
+Decode calendar (:mod:`paged.sim.decode_calendar`): when every request is one sequence without a
+shared prefix and nothing is recorded, the loop is a :class:`~paged.sim.decode_calendar.CalendarServingLoop`:
+token counts follow a global decode counter, and a decode step touches only the sequences that cross a
+block boundary or finish in it, so a step costs O(changes), not O(running sequences) (at paged's knee,
+where a request arrives every iteration or two, the fast-forward's runs are one iteration long). The
+same steps, the same numbers (``tests/sim/test_decode_calendar.py``).
+
 Sequence groups (§4.4, :func:`groups_from_trace`): a request may run ``n`` parallel samples (they
 share the prompt's blocks; the shared, partly filled last block is copied on write, one copy per
 writer but the last), or a beam search of width ``k`` that replays a search the real engine recorded
@@ -42,6 +49,7 @@ from paged.core.scheduler import Scheduler, SchedulerOutputs
 from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop, ServingResult
 from paged.sim.beam_replay import BeamTrace, beam_trace
+from paged.sim.decode_calendar import CalendarServingLoop, applies
 from paged.sim.executor import SimulatedExecutor
 
 __all__ = ["simulate", "groups_from_trace", "gc_paused", "SimSequenceGroup", "SHARED_PREFIX_MODES"]
@@ -187,8 +195,10 @@ def simulate(
                 )
         executor = SimulatedExecutor(iteration_time, fast_forward=fast_forward,
                                      first_fork_id=sum(len(g.seqs) for g in groups))
-        loop = ServingLoop(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing,
-                           on_finish=on_finish)
+        loop_class = CalendarServingLoop if applies(groups, kv_manager, executor, record_memory=record_memory,
+                                                    record_sharing=record_sharing) else ServingLoop
+        loop = loop_class(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing,
+                          on_finish=on_finish)
         result = loop.run()
     result.kv_copy_tokens, result.kv_copy_seconds = executor.copied_tokens, executor.copy_seconds
     result.cow_blocks, result.cow_seconds = executor.cow_blocks, executor.cow_seconds

@@ -61,24 +61,32 @@ def group_options(decoding: str, width: int) -> dict:
 
 
 def sustained_rates(settings=FIG14_SETTINGS, systems=FIG14_SYSTEMS, *, model: str = "opt-13b",
-                    trace: str = "alpaca-bare", num_requests: int = 1000, seed: int = 0, lo: float = 0.1,
-                    rel_tol: float = 0.03, workers: int = 2, block_size: int = 16,
-                    threshold: float = LATENCY_THRESHOLD,
-                    saturated_requests: int = SATURATED_REQUESTS) -> pd.DataFrame:
+                    trace: str = "alpaca-bare", num_requests: int | None = None, duration_scale: float = 1.0,
+                    seed: int = 0, lo: float = 0.1, rel_tol: float = 0.03, workers: int = 2, block_size: int = 16,
+                    threshold: float = LATENCY_THRESHOLD, saturated_requests: int = SATURATED_REQUESTS,
+                    probes=(), return_points: bool = False):
     """Each system's sustained rate (req/s, :func:`paged.experiments.serving.sustained_rate`) in every
-    setting, by bisection on ``[0, saturated throughput]`` with ``num_requests``-request runs (the
-    throughput from one run of ``saturated_requests`` arriving at once); columns ``decoding``, ``width``, ``system``, ``sustained_rate``,
-    ``throughput_rps``, ``at_throughput``, ``threshold``."""
+    setting, by bisection on ``[0, saturated throughput]`` (the throughput from one run of
+    ``saturated_requests`` arriving at once) after the ``probes`` (fractions of it), with paper-length
+    runs (``duration_scale`` × the paper's hour, doubled until converged) or, given ``num_requests``,
+    runs of that many requests; columns ``decoding``, ``width``, ``system``, ``sustained_rate``,
+    ``throughput_rps``, ``at_throughput``, ``threshold``. With ``return_points``, also every run of the
+    searches (:func:`~paged.experiments.serving.simulate_point` rows with ``decoding`` and ``width``)."""
     common = dict(model=model, trace=trace, lo=lo, thresholds=(threshold,), num_requests=num_requests,
-                  saturated_requests=saturated_requests, seed=seed, rel_tol=rel_tol, workers=1, block_size=block_size)
+                  duration_scale=duration_scale, saturated_requests=saturated_requests, seed=seed, rel_tol=rel_tol,
+                  workers=1, block_size=block_size, probes=tuple(probes), return_points=True)
     jobs = [dict(systems=[system], groups=group_options(decoding, width), **common)
             for decoding, width in settings for system in systems]  # one job per search: the workers stay busy
     results = run_jobs(sustained_rate, jobs, workers=workers, desc="Fig. 14 sustained rates")
-    frames = [df.assign(decoding=decoding, width=width)
-              for df, (decoding, width) in zip(results, [(d, w) for d, w in settings for _ in systems])]
+    labels = [(d, w) for d, w in settings for _ in systems]
+    frames = [df.assign(decoding=decoding, width=width) for (df, _), (decoding, width) in zip(results, labels)]
     out = pd.concat(frames, ignore_index=True)
-    return out[["model", "trace", "decoding", "width", "system", "sustained_rate", "throughput_rps", "at_throughput",
-                "threshold"]]
+    out = out[["model", "trace", "decoding", "width", "system", "sustained_rate", "throughput_rps", "at_throughput",
+               "threshold"]]
+    if not return_points:
+        return out
+    points = [p.assign(decoding=decoding, width=width) for (_, p), (decoding, width) in zip(results, labels) if len(p)]
+    return out, pd.concat(points, ignore_index=True) if points else pd.DataFrame()
 
 
 def improvement_over_oracle(rates: pd.DataFrame, baseline: str = "orca-oracle") -> pd.DataFrame:
@@ -93,20 +101,25 @@ def improvement_over_oracle(rates: pd.DataFrame, baseline: str = "orca-oracle") 
 
 
 def latency_sweep(rates: pd.DataFrame, systems=FIG14_SYSTEMS, *, fractions=(0.2, 0.4, 0.6, 0.8, 1.0, 1.2),
-                  model: str = "opt-13b", trace: str = "alpaca-bare", num_requests: int = 1000, seed: int = 0,
-                  workers: int = 2, block_size: int = 16) -> pd.DataFrame:
+                  model: str = "opt-13b", trace: str = "alpaca-bare", num_requests: int | None = None,
+                  duration_scale: float = 1.0, seed: int = 0, workers: int = 2, block_size: int = 16,
+                  known: pd.DataFrame | None = None) -> pd.DataFrame:
     """Normalized latency of every system at request rates = ``fractions`` × paged's sustained rate in
-    each setting of ``rates`` (:func:`sustained_rates`), so each panel spans the interesting range."""
+    each setting of ``rates`` (:func:`sustained_rates`), so each panel spans the interesting range;
+    runs as :func:`sustained_rates` (paper-length, or ``num_requests``). ``known``: rows already run
+    (the searches' points) are reused (:func:`~paged.experiments.serving.reusable`)."""
     points, labels = [], []
     for (decoding, width), part in rates.groupby(["decoding", "width"], sort=False):
         top = float(part.set_index("system").loc["paged", "sustained_rate"])
         for system in systems:
             for f in fractions:
-                points.append(dict(model=model, trace=trace, system=system, rate=round(f * top, 4),
+                points.append(dict(model=model, trace=trace, system=system, rate=top if f == 1 else round(f * top, 4),
                                    num_requests=num_requests, seed=seed, block_size=block_size,
+                                   **({} if num_requests is not None else {"duration_scale": duration_scale}),
                                    record_sharing=False, **group_options(decoding, width)))
                 labels.append((decoding, width))
-    df = sweep(points, workers=workers, desc="Fig. 14 sweep")
+    df = sweep(points, workers=workers, desc="Fig. 14 sweep", known=known)
+    df = df.drop(columns=[c for c in ("decoding", "width") if c in df.columns])  # reused search rows carry them
     df.insert(2, "decoding", [d for d, _ in labels])
     df.insert(3, "width", [w for _, w in labels])
     return df
@@ -177,47 +190,58 @@ def available_fig16_traces() -> dict[str, str]:
     return {shot: name for shot, name in FIG16_TRACES.items() if name in NAMED_TRACES}
 
 
-def shared_prefix_rates(*, model: str = "llama-13b", num_requests: int = 1000, seed: int = 0, lo: float = 0.1,
-                        rel_tol: float = 0.03, workers: int = 2, block_size: int = 16,
-                        threshold: float = LATENCY_THRESHOLD,
-                        saturated_requests: int = SATURATED_REQUESTS) -> pd.DataFrame | None:
+def shared_prefix_rates(*, model: str = "llama-13b", num_requests: int | None = None, duration_scale: float = 1.0,
+                        seed: int = 0, lo: float = 0.1, rel_tol: float = 0.03, workers: int = 2, block_size: int = 16,
+                        threshold: float = LATENCY_THRESHOLD, saturated_requests: int = SATURATED_REQUESTS,
+                        probes=(), return_points: bool = False):
     """Fig. 16: sustained rate of each of :data:`FIG16_SYSTEMS` on each available WMT16 trace, and paged ÷
-    Orca (Oracle). None (after printing why) when no ``wmt16-*`` trace is installed."""
+    Orca (Oracle); runs as :func:`sustained_rates`. None (after printing why) when no ``wmt16-*`` trace
+    is installed. With ``return_points``, also every run of the searches (rows with ``shot`` and the
+    system's label in ``label``)."""
     available = available_fig16_traces()
     if not available:
         print("Fig. 16 skipped: the WMT16 traces (wmt16-1shot, wmt16-5shot) are not in this installation's "
               f"named traces ({', '.join(NAMED_TRACES)}); they come with the WMT16 workload (paged.workloads.wmt16).")
         return None
-    rows = []
+    rows, points = [], []
     for shot, trace in available.items():
         for label, system, caching in FIG16_SYSTEMS:
-            df = sustained_rate([system], model=model, trace=trace, lo=lo, thresholds=(threshold,),
-                                num_requests=num_requests, saturated_requests=saturated_requests, seed=seed,
-                                rel_tol=rel_tol, workers=workers, block_size=block_size,
-                                groups={"prefix_caching": caching})
+            df, runs = sustained_rate([system], model=model, trace=trace, lo=lo, thresholds=(threshold,),
+                                      num_requests=num_requests, duration_scale=duration_scale,
+                                      saturated_requests=saturated_requests, seed=seed, rel_tol=rel_tol,
+                                      workers=workers, block_size=block_size, groups={"prefix_caching": caching},
+                                      probes=tuple(probes), return_points=True)
+            if len(runs):
+                points.append(runs.assign(shot=shot, label=label))
             rows.append({"shot": shot, "trace": trace, "system": label, "sustained_rate": df["sustained_rate"][0],
                          "throughput_rps": df["throughput_rps"][0], "at_throughput": df["at_throughput"][0]})
     out = pd.DataFrame(rows)
     oracle = out[out["system"] == "orca-oracle"].set_index("shot")["sustained_rate"]
     out["over_oracle"] = [r / oracle[s] for s, r in zip(out["shot"], out["sustained_rate"])]
+    if return_points:
+        return out, pd.concat(points, ignore_index=True) if points else pd.DataFrame()
     return out
 
 
 def shared_prefix_sweep(rates: pd.DataFrame, *, fractions=(0.2, 0.4, 0.6, 0.8, 1.0, 1.2), model: str = "llama-13b",
-                        num_requests: int = 1000, seed: int = 0, workers: int = 2, block_size: int = 16) -> pd.DataFrame:
+                        num_requests: int | None = None, duration_scale: float = 1.0, seed: int = 0,
+                        workers: int = 2, block_size: int = 16, known: pd.DataFrame | None = None) -> pd.DataFrame:
     """Fig. 16's curves: normalized latency of :data:`FIG16_SYSTEMS` at ``fractions`` × the reserved-prefix
-    paged system's sustained rate on each trace of ``rates`` (:func:`shared_prefix_rates`)."""
+    paged system's sustained rate on each trace of ``rates`` (:func:`shared_prefix_rates`); runs as
+    :func:`sustained_rates`; ``known`` rows (with the system names of :func:`run_system`) are reused."""
     points, labels = [], []
     for shot, part in rates.groupby("shot", sort=False):
         top = float(part.set_index("system").loc["paged (reserved prefix)", "sustained_rate"])
         trace = part["trace"].iloc[0]
         for label, system, caching in FIG16_SYSTEMS:
             for f in fractions:
-                points.append(dict(model=model, trace=trace, system=system, rate=round(f * top, 4),
+                points.append(dict(model=model, trace=trace, system=system, rate=top if f == 1 else round(f * top, 4),
                                    num_requests=num_requests, seed=seed, block_size=block_size,
+                                   **({} if num_requests is not None else {"duration_scale": duration_scale}),
                                    prefix_caching=caching, record_sharing=False))
                 labels.append((shot, label))
-    df = sweep(points, workers=workers, desc="Fig. 16 sweep")
+    df = sweep(points, workers=workers, desc="Fig. 16 sweep", known=known)
+    df = df.drop(columns=[c for c in ("shot", "label") if c in df.columns])  # reused search rows carry them
     df["shot"] = [s for s, _ in labels]
     df["system"] = [label for _, label in labels]
     return df

@@ -147,7 +147,7 @@ def ratio_table(sustained: pd.DataFrame) -> pd.DataFrame:
 
 
 def sensitivity(base: pd.DataFrame, *, scales=(0.0, 2.0), threshold: float = LATENCY_THRESHOLD,
-                workers: int = 2, **kwargs) -> pd.DataFrame:
+                workers: int = 2, return_points: bool = False, **kwargs):
     """Sustained rates with the host costs at other ``scales`` beside ``base`` (the scale-1 table).
 
     For every (model, trace) of ``base`` and every scale, the iteration-level systems of ``base``
@@ -156,17 +156,24 @@ def sensitivity(base: pd.DataFrame, *, scales=(0.0, 2.0), threshold: float = LAT
     a dict ``duration_scale`` gives it per trace.
 
     Returns:
-        ``base``'s rows at ``threshold`` plus the new ones; column ``cpu_scale`` tells them apart.
+        ``base``'s rows at ``threshold`` plus the new ones; column ``cpu_scale`` tells them apart. With
+        ``return_points``, also the searches' runs (:func:`~paged.experiments.serving.simulate_point` rows).
     """
     base = base[base["threshold"] == threshold]
-    out = [base]
+    out, runs = [base], []
     for (model, trace), part in base.groupby(["model", "trace"], sort=False):
         iteration = [s for s in part["system"] if get_system(s).has_kv_cache_manager]
-        found = sustained_rate(iteration, model=model, trace=trace, thresholds=(threshold,), cpu_scale=list(scales),
-                               workers=workers, **_per_trace(kwargs, trace))
+        found, points = sustained_rate(iteration, model=model, trace=trace, thresholds=(threshold,),
+                                       cpu_scale=list(scales), workers=workers, return_points=True,
+                                       **_per_trace(kwargs, trace))
+        runs.append(points)
         out.append(found.drop(columns=[c for c in found.columns if c not in base.columns]))
         out += [part[~part["system"].isin(iteration)].assign(cpu_scale=scale) for scale in scales]
-    return pd.concat(out, ignore_index=True)
+    table = pd.concat(out, ignore_index=True)
+    if return_points:
+        runs = [r for r in runs if len(r)]
+        return table, pd.concat(runs, ignore_index=True) if runs else pd.DataFrame()
+    return table
 
 
 def peak_sensitivity(traces, systems, *, model: str = "opt-13b", scales=(0.0, 1.0, 2.0),

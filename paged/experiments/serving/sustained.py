@@ -23,7 +23,7 @@ from paged.sim.cost_model import get_cost_model
 
 __all__ = ["as_names", "sustained_rate"]
 
-def _sustained(system, settings, thresholds, rel_tol, lo, known, saturated_requests):
+def _sustained(system, settings, thresholds, rel_tol, lo, known, saturated_requests, probes=()):
     """One system's saturated throughput and sustained rate at each threshold (module docstring)."""
     common = {k: v for k, v in settings.items() if k not in ("min_duration", "num_requests")}
     min_duration, count = settings["min_duration"], settings["num_requests"]
@@ -51,6 +51,9 @@ def _sustained(system, settings, thresholds, rel_tol, lo, known, saturated_reque
             points.append(r)
         return cache[rate]
 
+    for fraction in probes:  # rates tried before the bisection (a bracket near the knee)
+        if fraction * throughput >= lo:
+            latency(fraction * throughput)
     out = []
     for thr in sorted(thresholds):
         def ok(rate):
@@ -89,7 +92,7 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
                    min_duration: float | None = None, duration_scale: float = 1.0, workers: int = 2,
                    known: pd.DataFrame | None = None, return_points: bool = False,
                    saturated_requests: int = SATURATED_REQUESTS, num_requests: int | None = None,
-                   groups: dict | None = None, tokenizer: str = "gpt2"):
+                   groups: dict | None = None, tokenizer: str = "gpt2", probes=()):
     """Each system's saturated throughput and its sustained rate at each threshold, for every
     (model, trace) given (jobs in parallel over ``workers`` processes).
 
@@ -113,6 +116,11 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
         groups: sequence-group settings of :func:`simulate_point` (``n``, ``beam_width``,
             ``prefix_caching``; §6.3, §6.4); also settings ``known`` rows must match.
         tokenizer: the trace's committed counts (:func:`paged.workloads.get_trace`).
+        probes: fractions of each system's saturated throughput run before the bisection; the
+            bisection then starts from the bracket they give. A probe within ``rel_tol`` of the peak
+            (e.g. 0.98 with 0.03) that stays under a threshold ends that threshold's search with one
+            run, where bisection from ``[0, peak]`` would take five or six, most far below the knee
+            (an iteration-level system's latency stays flat nearly to its peak). Default none.
         known: rows of earlier :func:`sweep` calls (and saturated runs, ``rate=inf``) with the same
             settings (``model``, ``trace``, ``seed``, ``block_size``, ``preemption``,
             ``cpu_scale``, ``min_duration``, ``num_requests``, the groups, ``tokenizer``); their
@@ -151,7 +159,7 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
                         min_duration=math.nan if num_requests is not None else floor,
                         num_requests=num_requests, **groups, tokenizer=tokenizer)
         jobs.append(dict(system=s, settings=settings, thresholds=thresholds, rel_tol=rel_tol, lo=lo, known=known,
-                         saturated_requests=saturated_requests))
+                         saturated_requests=saturated_requests, probes=tuple(probes)))
     results = run_jobs(_sustained, jobs, workers=workers, desc="sustained rate")
     table = pd.DataFrame([r for rows, _ in results for r in rows])
     if return_points:

@@ -52,7 +52,8 @@ def reusable(point: dict, known: pd.DataFrame | None) -> dict | None:
     that is not NaN), and its latency is at most the point's ``latency_cap`` (a run under the cap
     never stops early, so the capped run would have been the same). Runs are deterministic: the row
     is the run's. None when ``known`` is empty or lacks those columns, and for a point that sets
-    ``min_duration``, ``record_sharing`` or ``extend_below`` (always run). O(rows).
+    ``min_duration``, ``extend_below`` or ``record_sharing`` other than False (a run that records
+    sharing has more columns; always run). O(rows).
 
     Raises:
         TypeError: for a ``known`` that is not a DataFrame, or a point with a name
@@ -65,7 +66,8 @@ def reusable(point: dict, known: pd.DataFrame | None) -> dict | None:
         raise TypeError(f"simulate_point() has no parameter(s) {', '.join(map(repr, unknown))}")
     args = {**_POINT_DEFAULTS, **point}  # the defaults simulate_point fills in
     if known is None or len(known) == 0 or args["extend_below"] != _POINT_DEFAULTS["extend_below"] \
-            or args["record_sharing"] is not None or args["min_duration"] is not None:
+            or args["record_sharing"] not in (None, False) or args["min_duration"] is not None \
+            or (args["record_sharing"] is None and (args["n"] > 1 or args["beam_width"] > 1 or args["prefix_caching"])):
         return None
     model = args["model"]
     name = model.model.name if isinstance(model, CostModel) else get_cost_model(model).model.name

@@ -119,3 +119,21 @@ def test_names_take_one_name_or_a_list_and_refuse_empty_or_repeated_lists():
         serving.sustained_rate(["paged", "paged"])
     with pytest.raises(ValueError, match="model must name at least one"):
         serving.sustained_rate(["paged"], model=[])
+
+
+def test_a_probe_near_the_peak_ends_a_flat_search_with_one_run(linear_latency):
+    calls = linear_latency(0.001, peak=3.0)  # flat to the peak: bisection from [0, peak] takes several runs
+    plain = serving.sustained_rate(["paged"], thresholds=(0.2,), rel_tol=0.03, workers=1)
+    bisected = len(calls)
+    calls.clear()
+    probed = serving.sustained_rate(["paged"], thresholds=(0.2,), rel_tol=0.03, workers=1, probes=(0.98,))
+    assert [r for _, r in calls] == [math.inf, 0.98 * 3.0]  # the peak, then the probe only
+    assert bisected > 3 and probed.loc[0, "at_throughput"] and plain.loc[0, "at_throughput"]
+    assert probed.loc[0, "sustained_rate"] == pytest.approx(0.98 * 3.0)
+
+
+def test_a_failing_probe_only_lowers_the_bracket(linear_latency):
+    calls = linear_latency(0.1)  # crosses 0.2 at 2 req/s, far below the probe at 0.98 × 8
+    out = serving.sustained_rate(["paged"], thresholds=(0.2,), rel_tol=0.03, workers=1, probes=(0.98,))
+    assert calls[1] == ("paged", 0.98 * 8.0)
+    assert 2.0 * 0.97 <= out.loc[0, "sustained_rate"] <= 2.0 and not out.loc[0, "at_throughput"]

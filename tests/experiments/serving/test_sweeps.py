@@ -30,3 +30,12 @@ def test_a_known_run_is_reused_not_run_again(monkeypatch):
         serving.sweep([point], workers=1, known=[first])
     with pytest.raises(TypeError, match="no parameter.*'sytem'"):  # a typo must not match paged's row
         serving.sweep([dict(point, sytem="orca-max")], workers=1, known=first)
+
+
+def test_a_run_without_sharing_recorded_is_reused_by_a_point_that_asks_for_none():
+    point = dict(model="opt-13b", trace="alpaca-bare", system="paged", rate=4.0, num_requests=30, n=2,
+                 record_sharing=False)
+    first = serving.sweep([point], workers=1)
+    assert serving.reusable(point, first) is not None
+    assert serving.reusable(dict(point, record_sharing=True), first) is None  # it would record sharing
+    assert serving.reusable(dict(point, record_sharing=None), first) is None  # n = 2: it would record sharing too
