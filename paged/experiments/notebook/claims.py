@@ -204,10 +204,17 @@ def _engine(read) -> str:
 
 
 def _today(read) -> str:
-    df = read("today_gains").set_index("deployment")["paged_over_oracle"]
-    shown = [("opt-13b@1xh100-sxm:2048", "OPT-13B 1×H100"), ("llama-3.1-8b@1xh100-sxm:2048", "Llama-3.1-8B 1×H100"),
-             ("llama-3.1-8b@1xh200:2048", "1×H200"), ("llama-3.1-8b@1xl4:2048", "1×L4")]
-    return "paged ÷ Oracle: " + ", ".join(f"{name} {df[d]:.2f}×" for d, name in shown if d in df.index)
+    df = read("today_gains")
+
+    def name(row) -> str:
+        family, *rest = row.deployment.split("@")[0].split("-")  # opt-13b, llama-3.1-8b, qwen2.5-7b
+        model = "-".join([{"opt": "OPT"}.get(family, family.capitalize()), *rest[:-1], rest[-1].upper()])
+        gpus = row.server.split(" ")[0].replace("x", "×", 1)
+        context = row.deployment.rsplit(":", 1)[1] if ":" in row.deployment else ""
+        long = f", {int(context) // 1024}K context" if context and int(context) > 2048 else ""
+        return f"{model} {gpus}{long}"
+
+    return "paged ÷ Oracle: " + ", ".join(f"{name(r)} {r.paged_over_oracle:.2f}×" for r in df.itertuples())
 
 
 def _pct(values) -> str:
