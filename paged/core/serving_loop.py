@@ -185,6 +185,19 @@ class ServingLoop:
         result.num_preemptions = self.scheduler.num_preemptions
         return result
 
+    def _admit_arrivals(self) -> int:
+        """Hand the scheduler every request that has arrived by the executor's clock (except those
+        aborted before they arrived); returns the index in :attr:`groups` of the next one to arrive.
+        O(arrivals)."""
+        groups, scheduler, aborted = self.groups, self.scheduler, self._aborted
+        num_groups, nxt, now = len(groups), self._next, self.executor.now
+        while nxt < num_groups and groups[nxt].arrival_time <= now:
+            if not aborted or groups[nxt].request_id not in aborted:
+                scheduler.add_seq_group(groups[nxt])
+            nxt += 1
+        self._next = nxt
+        return nxt
+
     def step(self) -> list[SequenceGroup]:
         """One iteration of the loop (module docstring); the groups that finished in it.
 
@@ -197,14 +210,9 @@ class ServingLoop:
         try:
             scheduler, executor, groups = self.scheduler, self.executor, self.groups
             num_groups = len(groups)
-            nxt = self._next
             now = executor.now
             aborted = self._aborted
-            while nxt < num_groups and groups[nxt].arrival_time <= now:
-                if not aborted or groups[nxt].request_id not in aborted:
-                    scheduler.add_seq_group(groups[nxt])
-                nxt += 1
-            self._next = nxt
+            nxt = self._admit_arrivals()
             if not scheduler.has_unfinished_seqs():
                 while aborted and nxt < num_groups and groups[nxt].request_id in aborted:
                     nxt += 1  # aborted before it arrived: nothing to wait for

@@ -117,16 +117,10 @@ class CalendarServingLoop(ServingLoop):
         else, :meth:`ServingLoop.step` on up-to-date sequences. Whatever escapes it aborts every
         request of the loop first (:meth:`abandon`)."""
         try:
-            scheduler, executor, groups = self.scheduler, self.executor, self.groups
+            scheduler, groups = self.scheduler, self.groups
             num_groups = len(groups)
-            nxt = self._next
-            now = executor.now
-            aborted = self._aborted
-            while nxt < num_groups and groups[nxt].arrival_time <= now:
-                if not aborted or groups[nxt].request_id not in aborted:
-                    scheduler.add_seq_group(groups[nxt])
-                nxt += 1
-            self._next = nxt
+            now = self.executor.now
+            nxt = self._admit_arrivals()
             if scheduler.waiting and not scheduler.swapped:
                 outputs = scheduler.schedule_prefills()
                 if outputs.scheduled_seq_groups:
