@@ -26,7 +26,7 @@ SHARED ?= ../shared/data
 .PHONY: help venv test quick reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-engine-step bench-cpu-attention bench-workloads gpu-check model clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -21,8 +21,9 @@ __all__ = ["atomic_path", "write_text", "write_bytes"]
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path in ``path``'s folder (``.NAME.XXXX.tmp.SUFFIX``: it ends in ``path``'s
-    suffix, so tools that read the format from the name, papermill among them, still work); when the block ends normally it replaces ``path``; on any exception it is
-    removed and ``path`` is left as it was. The folder must exist. O(1) beyond the write itself.
+    suffix, so tools that read the format from the name, papermill among them, still work); when the
+    block ends normally it replaces ``path`` with the permission bits of the file it replaces (or, for a
+    new file, those the umask gives); on any exception it is removed and ``path`` is left as it was. The folder must exist. O(1) beyond the write itself.
 
     Raises:
         whatever the block raises (after the clean-up); OSError if the rename fails.
@@ -32,6 +33,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, _mode_for(path))
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -39,6 +41,29 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         except FileNotFoundError:
             pass
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """The permission bits ``path`` gets: those of the file it replaces, else what ``open`` would give a
+    new file under the process's umask (``mkstemp``'s own 0600 would make every figure private)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask: read from /proc on Linux (setting it to read it back is not thread-safe),
+    else set and restored at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:

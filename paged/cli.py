@@ -340,7 +340,8 @@ def run_command(parser: argparse.ArgumentParser, body, argv: list[str] | None = 
     Used by ``python -m paged`` and the ``python -m paged.bench.*`` benchmarks. Errors that name a problem in the input (ValueError; OSError such as a missing or
     unreadable file; MemoryError from a too-small cache) are
     printed without a traceback; warnings (e.g. a ShareGPT file cut off mid-record) as one
-    ``warning:`` line each.
+    ``warning:`` line each; Ctrl-C (``KeyboardInterrupt``) as one ``interrupted`` line and exit status
+    130. Whatever the body wrote atomically (:mod:`paged.atomic`) is left whole either way.
 
     Returns:
         ``body``'s return value (0 when it returns None).
@@ -351,3 +352,5 @@ def run_command(parser: argparse.ArgumentParser, body, argv: list[str] | None = 
         return body(args) or 0
     except (ValueError, OSError, MemoryError) as err:
         parser.exit(2, f"error: {err}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, "interrupted\n")  # 128 + SIGINT, as a shell reports it

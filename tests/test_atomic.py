@@ -23,6 +23,20 @@ def test_write_replaces_whole_and_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv"]
 
 
+def test_a_write_keeps_the_replaced_files_mode_and_a_new_file_gets_the_umasks(tmp_path):
+    old_umask = os.umask(0o022)
+    try:
+        new = atomic.write_text(tmp_path / "new.csv", "x\n")
+        assert new.stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600: figures stay readable by others
+        kept = tmp_path / "kept.csv"
+        kept.write_text("old\n")
+        kept.chmod(0o664)
+        atomic.write_text(kept, "new\n")
+        assert kept.stat().st_mode & 0o777 == 0o664
+    finally:
+        os.umask(old_umask)
+
+
 def test_failed_block_keeps_the_old_file(tmp_path):
     path = tmp_path / "a.png"
     atomic.write_bytes(path, b"old")

@@ -184,3 +184,18 @@ def test_claims_check_names_a_stale_table(tmp_path):
     assert out.returncode == 1 and "differs" in out.stderr
     assert run("claims", "--readme", str(readme)).returncode == 0
     assert run("claims", "--readme", str(readme), "--check").returncode == 0
+
+
+def test_ctrl_c_ends_in_one_line_and_status_130(capsys):
+    """Ctrl-C during a command: one ``interrupted`` line (no traceback) and the shell's 128 + SIGINT."""
+    import argparse
+
+    from paged.cli import run_command
+
+    def body(args):
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_command(argparse.ArgumentParser(prog="paged"), body, [])
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err == "interrupted\n"

@@ -94,14 +94,23 @@ def run_quick(notebooks_dir: str | Path = "notebooks", out_dir: str | Path = "bu
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m paged.experiments.notebook.quick``: run, print one line per notebook, 1 on any failure."""
+    """``python -m paged.experiments.notebook.quick``: run, print one line per notebook, 1 on any failure;
+    Ctrl-C prints one ``interrupted`` line and returns 130, leaving no temporary notebook in ``--out``."""
     parser = argparse.ArgumentParser(prog="python -m paged.experiments.notebook.quick", description=__doc__.split("\n")[0])
     parser.add_argument("--notebooks", default="notebooks", help="folder of the notebooks (NN_name.ipynb)")
     parser.add_argument("--out", default="build/quick", help="folder of the executed notebooks; figures in OUT/figures")
     parser.add_argument("--workers", type=int, default=2, help="notebooks at once")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    rows = run_quick(args.notebooks, args.out, workers=args.workers)
+    try:
+        rows = run_quick(args.notebooks, args.out, workers=args.workers)
+    except KeyboardInterrupt:
+        # A worker killed mid-run cannot remove its temporary notebook (paged.atomic); the finished
+        # notebooks and figures are whole, so only those temporaries go.
+        for tmp in Path(args.out).glob(".*.tmp.ipynb"):
+            tmp.unlink(missing_ok=True)
+        print("interrupted", file=sys.stderr)
+        return 130
     failed = 0
     for row in rows:
         status = "ok" if not row["error"] and not row["problems"] else "FAILED"

@@ -53,3 +53,18 @@ def test_a_failed_or_unclean_notebook_fails_the_run(tmp_path, monkeypatch, capsy
     assert "97_clean" in out and "ok" in out.split("97_clean")[1].splitlines()[0]
     assert "FAILED" in out.split("98_noisy")[1].splitlines()[0] and "stderr: a warning" in out
     assert (tmp_path / "quick" / "97_clean.ipynb").exists()
+
+
+def test_ctrl_c_leaves_no_temporary_notebook_and_returns_130(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "quick"
+
+    def interrupted(notebooks_dir, out_dir, *, workers):
+        out.mkdir()
+        (out / "00_done.ipynb").write_text("{}")  # a notebook that finished
+        (out / ".05_engine.abc123.tmp.ipynb").write_text("{")  # a killed worker's half-written one
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(quick, "run_quick", interrupted)
+    assert quick.main(["--out", str(out)]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    assert sorted(p.name for p in out.iterdir()) == ["00_done.ipynb"]
