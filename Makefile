@@ -70,8 +70,8 @@ build/report.html: $(EXECUTED_NOTEBOOKS)
 	$(PY) -m paged report --notebooks $(EXECUTED) --out $@
 
 sweep: $(if $(and $(NB),$(GRID)),$(STAMP)) ## One notebook per parameter set: make sweep NB=notebooks/03_throughput.ipynb GRID='{block_size: [8, 16]}' [OUT=build/sweep] [ARGS='--backend dask --address tcp://host:8786']
-	@test -n "$(NB)" -a -n "$(GRID)" || { echo "usage: make sweep NB=notebooks/NN_name.ipynb GRID='{name: [v1, v2]}'"; exit 2; }
-	$(PY) -m paged sweep-notebook $(NB) --grid "$(GRID)" --out $(or $(OUT),build/sweep) $(ARGS)
+	@test -n "$(NB)" -a -n "$(GRID)" || { echo "usage: make sweep NB=03 (or NB=notebooks/NN_name.ipynb) GRID='{name: [v1, v2]}'"; exit 2; }
+	$(PY) -m paged sweep-notebook $(or $(wildcard $(NB)),$(filter notebooks/$(NB)%,$(NOTEBOOKS)),$(NB)) --grid "$(GRID)" --out $(or $(OUT),build/sweep) $(ARGS)
 
 # Lab's settings for this checkout (.jupyter/lab/settings/overrides.json: no news or update pop-up);
 # the user's own settings in ~/.jupyter still apply on top.
