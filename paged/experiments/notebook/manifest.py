@@ -28,7 +28,7 @@ from pathlib import Path
 
 from paged.atomic import write_text
 
-__all__ = ["FIGURE_METADATA_KEY", "figure_outputs", "package_versions", "git_state", "build_manifest", "write_manifest",
+__all__ = ["REGENERATED", "FIGURE_METADATA_KEY", "figure_outputs", "package_versions", "git_state", "build_manifest", "write_manifest",
            "update_manifest_entry", "PACKAGES", "MANIFEST_NAME"]
 
 #: The manifest's file name in a figure folder.
@@ -76,6 +76,11 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
+#: Folders a run regenerates (figures, executed notebooks, the report): their changes are not code
+#: changes, so they do not make the manifest's or the report's ``dirty`` true.
+REGENERATED = ("figures", "build")
+
+
 def git_state(root: str | Path = ".", ignore=()) -> dict:
     """``{"commit": sha or None, "dirty": bool or None}`` of the git work tree at ``root``
     (None where git or a repository is missing).
@@ -114,7 +119,8 @@ def build_manifest(notebooks, figures_dir: str | Path, *, root: str | Path = "."
         root: the git work tree to read the commit from.
 
     Returns:
-        ``{"commit", "dirty", "packages", "figures": [...], "unlisted": [...]}``: one entry per
+        ``{"commit", "dirty", "packages", "figures": [...], "unlisted": [...]}`` (``dirty``: the code had
+        uncommitted changes; regenerated folders, :data:`REGENERATED`, do not count): one entry per
         figure (by name; a figure shown twice is listed once), and the figure files of
         ``figures_dir`` that no notebook shows.
 
@@ -139,7 +145,7 @@ def build_manifest(notebooks, figures_dir: str | Path, *, root: str | Path = "."
     shown = {entry["path"] for figure in figures.values() for entry in figure["files"].values()}
     unlisted = sorted(p.name for p in figures_dir.iterdir()
                       if p.suffix in (".png", ".pdf", ".csv") and p.name not in shown)
-    return {**git_state(root), "packages": package_versions(),
+    return {**git_state(root, ignore=REGENERATED), "packages": package_versions(),
             "figures": [figures[name] for name in sorted(figures)], "unlisted": unlisted}
 
 

@@ -21,12 +21,10 @@ import re
 from pathlib import Path
 
 from paged.atomic import write_text
-from paged.experiments.notebook.manifest import figure_outputs, git_state
+from paged.experiments.notebook.manifest import REGENERATED, figure_outputs, git_state
 
 __all__ = ["build_report", "report_notebook", "REGENERATED"]
 
-#: Folders a run regenerates (figures, executed notebooks, the report): their changes are not code changes.
-REGENERATED = ("figures", "build")
 
 _TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
