@@ -79,6 +79,16 @@ def test_check_slots_errors(slots, error, match):
         small_cache().check_slots(torch.tensor(slots))
 
 
+@pytest.mark.parametrize("slots, match", [([0, 128], "slots must be"), ([5, 5], "repeats a slot"), ([3, -1], "holds -1"),
+                                          ([-2, 0], "slots must be")])
+def test_check_slot_list_raises_what_check_slots_raises(slots, match):
+    for check in (small_cache().check_slot_list, lambda s: small_cache().check_slots(torch.tensor(s))):
+        with pytest.raises(ValueError, match=match):
+            check(slots)
+    small_cache().check_slot_list([])
+    small_cache().check_slot_list([127, 0, 5])
+
+
 def test_write_checked_stores_what_write_stores():
     a, b = small_cache(), small_cache()
     key, value = torch.randn(3, 2, 64), torch.randn(3, 2, 64)
