@@ -35,6 +35,7 @@ fp32. Inputs are not checked (as in :mod:`paged.kernels.reference`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -94,28 +95,39 @@ class DecodeBuckets:
     max_chunk_blocks: int
 
 
-def plan_buckets(block_tables: torch.Tensor, context_lens: list[int], block_size: int, *,
-                 max_padding: int = DEFAULT_MAX_PADDING, max_chunk_slots: int = DEFAULT_MAX_CHUNK_SLOTS) -> DecodeBuckets:
+def plan_buckets(block_tables: torch.Tensor | Sequence[Sequence[int]], context_lens: list[int], block_size: int, *,
+                 max_padding: int = DEFAULT_MAX_PADDING, max_chunk_slots: int = DEFAULT_MAX_CHUNK_SLOTS,
+                 device: torch.device | str | None = None) -> DecodeBuckets:
     """Sort the step's sequences by context length and cut them into buckets and chunks (module docstring).
 
     Args:
-        block_tables: ``[num_seqs, max_blocks_per_seq]`` integer physical block ids on the cache's
-            device; entries past a sequence's ``ceil(context_len / block_size)`` blocks are padding
-            and may hold any value (they are replaced by the sequence's first block).
+        block_tables: the physical block ids of each sequence: a ``[num_seqs, max_blocks_per_seq]``
+            integer tensor on the cache's device, or one list of ints per sequence (the engine's
+            block tables as they are; no padded table tensor is built). Entries past a sequence's
+            ``ceil(context_len / block_size)`` blocks are padding and may hold any value (they are
+            replaced by the sequence's first block); a list may stop at its last used block.
         context_lens: per sequence the tokens it attends to (each ≥ 1, at most the table's capacity).
         block_size: tokens per block.
         max_padding: the most tokens a sequence is padded by in its bucket (≥ 0; 0: one bucket per
             distinct length).
         max_chunk_slots: the most token slots one chunk gathers (a row longer than that is a chunk
             of its own).
+        device: where the plan's tensors go when ``block_tables`` are lists (default: the CPU); a
+            tensor's own device otherwise.
 
     Returns:
-        :class:`DecodeBuckets`. Cost: a sort of ``num_seqs`` lengths in Python and a few small
-        tensor ops per chunk.
+        :class:`DecodeBuckets`, the same for a tensor and for lists of the same blocks. Cost: a sort
+        of ``num_seqs`` lengths in Python and a few small tensor ops per chunk (from lists: one
+        tensor per chunk for uniform lengths, the block ids copied once in Python).
     """
     num_seqs = len(context_lens)
-    device = block_tables.device
-    table = block_tables.to(torch.int64)
+    from_lists = not isinstance(block_tables, torch.Tensor)
+    if from_lists:
+        device = torch.device("cpu" if device is None else device)
+        table = None
+    else:
+        device = block_tables.device
+        table = block_tables.to(torch.int64)
     order = sorted(range(num_seqs), key=context_lens.__getitem__, reverse=True)
     chunks = []
     most = 0
@@ -130,19 +142,30 @@ def plan_buckets(block_tables: torch.Tensor, context_lens: list[int], block_size
         rows = order[i:j]
         whole = i == 0 and j == num_seqs and rows == list(range(num_seqs))
         row_t = None if whole else torch.tensor(rows, dtype=torch.int64, device=device)
-        ids = (table if row_t is None else table.index_select(0, row_t))[:, :width]
-        mask = empty = None
         shortest = context_lens[order[j - 1]]
-        if -(-shortest // block_size) < width or shortest < longest:
+        if from_lists:
+            flat: list[int] = []
+            for r in rows:
+                blocks = block_tables[r]
+                used = -(-context_lens[r] // block_size)
+                flat += blocks[:used]
+                if used < width:
+                    flat += [blocks[0]] * (width - used)
+            ids = torch.tensor(flat, dtype=torch.int64, device=device)
+        else:
+            ids = (table if row_t is None else table.index_select(0, row_t))[:, :width]
+            if -(-shortest // block_size) < width:
+                lens = torch.tensor([context_lens[r] for r in rows], device=device)
+                column = torch.arange(width, device=device)[None, :]
+                ids = torch.where(column < ((lens + block_size - 1) // block_size)[:, None], ids, ids[:, :1])
+            ids = ids.reshape(-1)
+        mask = empty = None
+        if shortest < longest:
             lens = torch.tensor([context_lens[r] for r in rows], device=device)
-            column = torch.arange(width, device=device)[None, :]
-            ids = torch.where(column < ((lens + block_size - 1) // block_size)[:, None], ids, ids[:, :1])
-            if shortest < longest:
-                held = torch.arange(longest, device=device)[None, :] < lens[:, None]  # [rows, longest]
-                mask = held[:, None, None, :]
-                row, slot = (~held).nonzero(as_tuple=True)
-                empty = row * (width * block_size) + slot
-        ids = ids.reshape(-1)
+            held = torch.arange(longest, device=device)[None, :] < lens[:, None]  # [rows, longest]
+            mask = held[:, None, None, :]
+            row, slot = (~held).nonzero(as_tuple=True)
+            empty = row * (width * block_size) + slot
         chunks.append(DecodeChunk(ids, empty, len(rows), width, longest, row_t, mask))
         most = max(most, ids.numel())
         i = j
@@ -154,12 +177,14 @@ class GatherWorkspace:
 
     A fresh multi-megabyte tensor every layer costs its page faults (at 128 sequences of 1,024
     tokens the gather took 5× longer into a new tensor than into a reused one, fp32, here).
+    The views every layer of a step takes of them are made once per plan (:meth:`chunk_views`).
     """
 
-    __slots__ = ("_key", "_value")
+    __slots__ = ("_key", "_value", "_plan", "_signature", "_views")
 
     def __init__(self) -> None:
         self._key = self._value = torch.empty(0)
+        self._plan = self._signature = self._views = None
 
     def get(self, num_blocks: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Two ``[num_blocks, *like.shape[1:]]`` tensors of ``like``'s dtype and device (contents undefined)."""
@@ -169,6 +194,38 @@ class GatherWorkspace:
             self._key = torch.empty(need, dtype=like.dtype, device=like.device)
             self._value = torch.empty(need, dtype=like.dtype, device=like.device)
         return self._key[:need].view(shape), self._value[:need].view(shape)
+
+    def chunk_views(self, plan: DecodeBuckets, like: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+        """Per chunk of ``plan``, :func:`_chunk_views` of these buffers (``like``: a cache of the layer).
+
+        Every layer of a step asks for the same views, so they are made on the first call for a
+        plan and a cache shape, dtype and device, and returned as they are after that: O(1) per
+        later call (the plan is held until the next one replaces it).
+        """
+        signature = (like.shape, like.dtype, like.device)
+        if plan is self._plan and signature == self._signature:
+            return self._views
+        key_buffer, value_buffer = self.get(plan.max_chunk_blocks, like)
+        views = []
+        for chunk in plan.chunks:
+            num = chunk.block_ids.numel()
+            views.append(_chunk_views(key_buffer[:num], value_buffer[:num], chunk))
+        self._plan, self._signature, self._views = plan, signature, views
+        return views
+
+
+def _chunk_views(keys: torch.Tensor, values: torch.Tensor, chunk: DecodeChunk) -> tuple[torch.Tensor, ...]:
+    """``(keys, values, flat_keys, flat_values, k, v)`` of a chunk's gathered blocks.
+
+    ``keys``, ``values``: ``[num_rows * width, block_size, kv_heads, head_size]``, the gather's
+    output; ``flat_*``: the same as ``[slots, kv_heads, head_size]`` (to zero the empty slots);
+    ``k``, ``v``: ``[num_rows, kv_heads, max_len, head_size]`` strided views, what SDPA reads.
+    """
+    _, block_size, num_kv_heads, head_size = keys.shape
+    shape = (chunk.num_rows, chunk.width * block_size, num_kv_heads, head_size)
+    flat = (-1, num_kv_heads, head_size)
+    return (keys, values, keys.view(flat), values.view(flat),
+            keys.view(shape)[:, :chunk.max_len].transpose(1, 2), values.view(shape)[:, :chunk.max_len].transpose(1, 2))
 
 
 def paged_attention_bucketed(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -181,7 +238,7 @@ def paged_attention_bucketed(query: torch.Tensor, key_cache: torch.Tensor, value
         key_cache, value_cache: ``[num_blocks, block_size, num_kv_heads, head_size]``, the query's dtype.
         plan: the step's :class:`DecodeBuckets`.
         scale: softmax scale.
-        workspace: buffers to gather into (a new copy each call when None).
+        workspace: buffers to gather into, their views made once per plan (a new copy each call when None).
 
     Returns:
         ``[num_seqs, num_heads, head_size]`` in the query's dtype.
@@ -189,25 +246,22 @@ def paged_attention_bucketed(query: torch.Tensor, key_cache: torch.Tensor, value
     num_seqs, num_heads, head_size = query.shape
     if num_seqs == 0:
         return torch.empty_like(query)
-    _, block_size, num_kv_heads, _ = key_cache.shape
+    num_kv_heads = key_cache.shape[2]
     group = num_heads // num_kv_heads
-    if workspace is not None:
-        key_buffer, value_buffer = workspace.get(plan.max_chunk_blocks, key_cache)
+    views = None if workspace is None else workspace.chunk_views(plan, key_cache)
     out = None
-    for chunk in plan.chunks:
-        ids, num_rows, width, max_len, rows = chunk.block_ids, chunk.num_rows, chunk.width, chunk.max_len, chunk.rows
-        if workspace is None:
-            keys, values = key_cache.index_select(0, ids), value_cache.index_select(0, ids)
+    for c, chunk in enumerate(plan.chunks):
+        ids, num_rows, rows = chunk.block_ids, chunk.num_rows, chunk.rows
+        if views is None:
+            keys, values, flat_keys, flat_values, k, v = _chunk_views(
+                key_cache.index_select(0, ids), value_cache.index_select(0, ids), chunk)
         else:
-            keys, values = key_buffer[:ids.numel()], value_buffer[:ids.numel()]
+            keys, values, flat_keys, flat_values, k, v = views[c]
             torch.index_select(key_cache, 0, ids, out=keys)
             torch.index_select(value_cache, 0, ids, out=values)
         if chunk.empty_slots is not None:
-            for gathered in (keys, values):
-                gathered.view(-1, num_kv_heads, head_size).index_fill_(0, chunk.empty_slots, 0)
-        shape = (num_rows, width * block_size, num_kv_heads, head_size)
-        k = keys.view(shape)[:, :max_len].transpose(1, 2)  # [rows, kv, max_len, d]
-        v = values.view(shape)[:, :max_len].transpose(1, 2)
+            flat_keys.index_fill_(0, chunk.empty_slots, 0)
+            flat_values.index_fill_(0, chunk.empty_slots, 0)
         q = query if rows is None else query.index_select(0, rows)
         o = F.scaled_dot_product_attention(q.view(num_rows, num_kv_heads, group, head_size), k, v,
                                            attn_mask=chunk.mask, scale=scale)  # [rows, kv, group, d]

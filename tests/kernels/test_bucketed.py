@@ -41,3 +41,41 @@ def test_empty_batch():
     plan = plan_buckets(torch.zeros(0, 2, dtype=torch.int32), [], 16)
     out = paged_attention_bucketed(torch.zeros(0, 8, 32), torch.zeros(4, 16, 2, 32), torch.zeros(4, 16, 2, 32), plan, 0.1)
     assert out.shape == (0, 8, 32)
+
+
+def _same_plan(a, b) -> bool:
+    def same(x, y):
+        return (x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
+    return (a.num_seqs, a.max_chunk_blocks, len(a.chunks)) == (b.num_seqs, b.max_chunk_blocks, len(b.chunks)) and all(
+        (c.num_rows, c.width, c.max_len) == (d.num_rows, d.width, d.max_len) and c.block_ids.dtype == d.block_ids.dtype
+        and all(same(x, y) for x, y in ((c.block_ids, d.block_ids), (c.empty_slots, d.empty_slots), (c.rows, d.rows),
+                                        (c.mask, d.mask)))
+        for c, d in zip(a.chunks, b.chunks))
+
+
+@pytest.mark.parametrize("lens", LENGTHS + [(1,), (16, 1, 17)])
+@pytest.mark.parametrize("max_padding, max_chunk_slots", [(0, 16384), (256, 16384), (256, 64)])
+@pytest.mark.parametrize("trim", [False, True])
+def test_plan_from_block_lists_equals_plan_from_the_table(lens, max_padding, max_chunk_slots, trim):
+    """The engine's Python block tables (padded like the tensor, or holding only the used blocks) plan the same chunks."""
+    tables = make_case(lens, 16, 32, 8, 2, FP32, device="cpu")[3]
+    lists = [row[:-(-n // 16)] if trim else row for row, n in zip(tables.tolist(), lens)]
+    kwargs = dict(max_padding=max_padding, max_chunk_slots=max_chunk_slots)
+    assert _same_plan(plan_buckets(lists, list(lens), 16, **kwargs), plan_buckets(tables, list(lens), 16, **kwargs))
+
+
+def test_workspace_views_are_made_once_per_plan_and_cache_shape():
+    query, key_cache, value_cache, tables, context = make_case(CONTEXT_LENS, 16, 32, 8, 2, FP32, device="cpu")
+    scale, lens = 32 ** -0.5, context.tolist()
+    workspace, plan = GatherWorkspace(), plan_buckets(tables, lens, 16)
+    views = workspace.chunk_views(plan, key_cache)
+    assert workspace.chunk_views(plan, key_cache) is views  # every later layer of the step
+    ref = paged_attention_reference(query, key_cache, value_cache, tables, context, scale)
+    for _ in range(2):
+        assert_close(paged_attention_bucketed(query, key_cache, value_cache, plan, scale, workspace), ref, FP32)
+    other = plan_buckets(tables, lens, 16)  # the next step's plan
+    assert workspace.chunk_views(other, key_cache) is not views
+    assert workspace.chunk_views(other, key_cache.double()) is not workspace.chunk_views(other, key_cache)
+    half = make_case(CONTEXT_LENS, 16, 32, 8, 2, BF16, device="cpu")  # another dtype through the same workspace
+    assert_close(paged_attention_bucketed(half[0], half[1], half[2], other, scale, workspace),
+                 paged_attention_reference(half[0].float(), half[1].float(), half[2].float(), half[3], half[4], scale), BF16)
