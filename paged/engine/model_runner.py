@@ -17,7 +17,7 @@ How one step flows (checked against transformers 5.24's Llama code):
 * ``logits_to_keep`` (a tensor of row indices) makes the LM head run only on each sequence's last
   token, so a prefill never computes logits for every prompt token.
 * Per layer, the attention function writes the step's keys and values through the slot mapping
-  (checked once per step by :meth:`PagedKVCache.check_slots`, stored by
+  (checked once per step by :meth:`PagedKVCache.check_slot_list`, stored by
   :meth:`PagedKVCache.write_checked`). **Prefill** then attends causally: sequences whose every
   token is computed in this step attend over the step's own keys and values
   (``scaled_dot_product_attention`` with ``is_causal``), neighbours of equal length in one call over
@@ -33,10 +33,17 @@ CPU the runner calls :func:`paged.kernels.bucketed.paged_attention_bucketed`: th
 sorted into length buckets once per step (:func:`paged.kernels.bucketed.plan_buckets`, shared by
 all layers), each bucket's blocks gathered into a reused workspace and attended by one fused SDPA
 call, so neither every sequence is padded to the longest context nor many small ops run per block.
+
+Per-step cost outside the model (what a dense Hugging Face decode step does not pay): the step's
+token ids, positions and slots become one ``[3, num_tokens]`` tensor, the slots are checked in
+Python, the CPU plan is built from the Python block tables (no padded table tensor), a decode keeps
+every row's logits (``logits_to_keep=0``, no gather) and the attention name is switched by the
+cheapest exact setter (:func:`_attention_name_setter`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -62,7 +69,7 @@ class StepMetadata:
         kv_cache: the paged KV cache.
         is_prefill: prefill (every token of each sequence) or decode (one token per sequence).
         slot_mapping: ``[num_tokens]`` int64 cache slot of each token (block × block_size + offset),
-            checked once per step (:meth:`PagedKVCache.check_slots`).
+            checked once per step (:meth:`PagedKVCache.check_slot_list`).
         seq_lens: prefill only: tokens each packed sequence computes in this step, in order (tokens).
         prefill_contexts: prefill only: per sequence, None when it computes all of its tokens, else
             ``(context_len, block_ids)``: the tokens it attends to (cached prefix + new, tokens) and
@@ -71,8 +78,8 @@ class StepMetadata:
             consecutive sequences that compute all of their tokens and the same number of them
             (``context`` None; one attention call each), or per sequence with a cached prefix
             (``num_seqs`` 1, ``context`` its ``prefill_contexts`` entry).
-        block_tables: decode only: ``[num_seqs, max_blocks]`` int32 physical block ids.
-        context_lens: decode only: ``[num_seqs]`` int32 tokens each sequence attends to.
+        block_tables: CUDA decode only: ``[num_seqs, max_blocks]`` int32 physical block ids.
+        context_lens: CUDA decode only: ``[num_seqs]`` int32 tokens each sequence attends to.
         max_context_len: decode only: the largest context length (tokens).
         use_reference: decode through the CPU torch path (module docstring).
         buckets: CPU decode: the step's length buckets, planned once for all layers.
@@ -196,15 +203,41 @@ def model_kv_shape(config) -> tuple[int, int, int]:
     return config.num_hidden_layers, num_kv_heads, head_size
 
 
-@contextmanager
-def _attn_implementation(model, name: str):
-    config = model.config
+def _attention_name_setter(config) -> Callable[[str], None]:
+    """A function that sets ``config``'s attention implementation name, the cheapest exact way.
+
+    transformers' ``_attn_implementation`` property setter (attribute map, validated assignment,
+    a walk over sub-configs) costs about 30 µs a call on this project's CPU, paid twice per step.
+    For a config without sub-configs all it stores is ``_attn_implementation_internal``, the
+    attribute ``PreTrainedModel.set_attn_implementation`` assigns too; storing that directly costs
+    under 1 µs. The shortcut is taken only if this config has no sub-configs and, tried once here,
+    the property then reads back what was stored; otherwise the property setter is returned.
+    """
+    def set_by_property(name: str) -> None:
+        config._attn_implementation = name
+
+    def set_internal(name: str) -> None:
+        object.__setattr__(config, "_attn_implementation_internal", name)
+
+    if getattr(config, "sub_configs", None) or not hasattr(config, "_attn_implementation_internal"):
+        return set_by_property
     previous = config._attn_implementation
-    config._attn_implementation = name
+    try:
+        set_internal(ATTN_IMPLEMENTATION)
+        works = config._attn_implementation == ATTN_IMPLEMENTATION
+    finally:
+        set_by_property(previous)
+    return set_internal if works else set_by_property
+
+
+@contextmanager
+def _attn_implementation(config, set_name: Callable[[str], None], name: str):
+    previous = config._attn_implementation
+    set_name(name)
     try:
         yield
     finally:
-        config._attn_implementation = previous
+        set_name(previous)
 
 
 class ModelRunner:
@@ -235,6 +268,7 @@ class ModelRunner:
                              f"Triton kernel (head sizes {SUPPORTED_HEAD_SIZES}, block sizes {SUPPORTED_BLOCK_SIZES})")
         self.use_reference = kv_cache.device.type != "cuda"
         self._workspace = GatherWorkspace()
+        self._set_attention_name = _attention_name_setter(model.config)
 
     @torch.inference_mode()
     def execute(self, input_ids: list[int], positions: list[int], slot_mapping: list[int], *, is_prefill: bool,
@@ -258,27 +292,30 @@ class ModelRunner:
             ``[num_seqs, vocab_size]`` float32 logits.
         """
         dev = self.device
-        ids = torch.tensor([input_ids], dtype=torch.int64, device=dev)
-        pos = torch.tensor([positions], dtype=torch.int64, device=dev)
-        slots = self.kv_cache.check_slots(torch.tensor(slot_mapping, dtype=torch.int64, device=dev))
+        cache = self.kv_cache
+        cache.check_slot_list(slot_mapping)
+        step = torch.tensor([input_ids, positions, slot_mapping], dtype=torch.int64, device=dev)  # one copy for all three
+        ids, pos, slots = step[0:1], step[1:2], step[2]
         if is_prefill:
             contexts = None
             if context_lens is not None and any(c != q for c, q in zip(context_lens, seq_lens)):
                 contexts = [None if c == q else (c, torch.tensor(t, dtype=torch.int64, device=dev))
                             for c, q, t in zip(context_lens, seq_lens, block_tables)]
-            meta = StepMetadata(self.kv_cache, True, slots, seq_lens=seq_lens, prefill_contexts=contexts,
+            meta = StepMetadata(cache, True, slots, seq_lens=seq_lens, prefill_contexts=contexts,
                                 prefill_runs=_prefill_runs(seq_lens, contexts))
             last = torch.tensor(seq_lens, device=dev).cumsum(0) - 1
         else:
-            width = max(len(t) for t in block_tables)
-            table = torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int32, device=dev)
-            lens = torch.tensor(context_lens, dtype=torch.int32, device=dev)
-            meta = StepMetadata(self.kv_cache, False, slots, block_tables=table, context_lens=lens,
-                                max_context_len=max(context_lens), use_reference=self.use_reference)
-            if self.use_reference:
-                meta.buckets = plan_buckets(table, context_lens, self.kv_cache.block_size)
-                meta.workspace = self._workspace
-            last = torch.arange(len(input_ids), device=dev)
-        with _attn_implementation(self.model, ATTN_IMPLEMENTATION):
+            if self.use_reference:  # the plan reads the Python block tables; no padded table tensor
+                meta = StepMetadata(cache, False, slots, max_context_len=max(context_lens), use_reference=True,
+                                    buckets=plan_buckets(block_tables, context_lens, cache.block_size, device=dev),
+                                    workspace=self._workspace)
+            else:
+                width = max(len(t) for t in block_tables)
+                table = torch.tensor([t + [0] * (width - len(t)) for t in block_tables], dtype=torch.int32, device=dev)
+                lens = torch.tensor(context_lens, dtype=torch.int32, device=dev)
+                meta = StepMetadata(cache, False, slots, block_tables=table, context_lens=lens,
+                                    max_context_len=max(context_lens))
+            last = 0  # every token is its sequence's last: logits of all rows, no gather
+        with _attn_implementation(self.model.config, self._set_attention_name, ATTN_IMPLEMENTATION):
             out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=last, paged_step=meta)
         return out.logits[0].float()

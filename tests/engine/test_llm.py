@@ -300,3 +300,24 @@ def test_the_shipped_model_loads_by_name_from_any_directory(tmp_path, monkeypatc
         shipped_model_path("paged-huge")
     with pytest.raises(FileNotFoundError, match="shipped model's name: paged-tiny"):
         LLM("no-such-model")
+
+
+def test_attention_name_is_switched_for_the_forward_only(model, prompts, hf_greedy):
+    """The runner's shortcut setter switches the name (tokens equal HF's) and restores it; a config with
+    sub-configs gets transformers' own setter, which reaches them."""
+    from transformers import LlavaConfig
+
+    from paged.engine.model_runner import ATTN_IMPLEMENTATION, _attention_name_setter
+
+    before = model.config._attn_implementation
+    llm = LLM(model, block_size=16, num_gpu_blocks=64)
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY)] == hf_greedy
+    assert model.config._attn_implementation == before != ATTN_IMPLEMENTATION
+    set_name = _attention_name_setter(model.config)
+    set_name(ATTN_IMPLEMENTATION)
+    assert model.config._attn_implementation == ATTN_IMPLEMENTATION
+    set_name(before)
+    assert model.config._attn_implementation == before
+    composite = LlavaConfig()
+    _attention_name_setter(composite)("sdpa")
+    assert composite._attn_implementation == composite.text_config._attn_implementation == "sdpa"
