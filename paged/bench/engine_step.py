@@ -21,6 +21,7 @@ process waited for a core does not count.
 
 from __future__ import annotations
 
+import inspect
 import os
 import statistics
 import time
@@ -52,24 +53,38 @@ def _paged_round(llm: LLM, prompts: list[list[int]], decode_steps: int) -> tuple
     return prefill, statistics.median(decode)
 
 
+def _cache_argument(model) -> str:
+    """The forward's name for its KV cache: ``cache`` where transformers has it (5.x, which warns
+    that ``past_key_values`` is deprecated), else ``past_key_values``; either gets the same cache."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 @torch.inference_mode()
 def _dense_round(model, prompts: list[list[int]], decode_steps: int) -> tuple[float, float]:
-    """The same as :func:`_paged_round` for the dense Hugging Face forward with a ``DynamicCache``."""
+    """The same as :func:`_paged_round` for the dense Hugging Face forward with a ``DynamicCache``.
+
+    Raises:
+        RuntimeError: the cache did not grow by one token per step (the forward ignored it).
+    """
     from transformers import DynamicCache
 
     ids = torch.tensor(prompts, dtype=torch.int64)
     cache = DynamicCache(config=model.config)
+    with_cache = {_cache_argument(model): cache, "use_cache": True}
     start = time.thread_time()
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out = model(input_ids=ids, logits_to_keep=1, **with_cache)
     token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
     prefill = time.thread_time() - start
     decode = []
     for _ in range(decode_steps):
         start = time.thread_time()
-        out = model(input_ids=token, past_key_values=cache, use_cache=True)
+        out = model(input_ids=token, **with_cache)
         token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
         token.tolist()  # the engine reads its tokens back to Python every step
         decode.append(time.thread_time() - start)
+    if cache.get_seq_length() != len(prompts[0]) + decode_steps:
+        raise RuntimeError(f"the dense cache holds {cache.get_seq_length()} tokens, not "
+                           f"{len(prompts[0]) + decode_steps}: the forward did not use it")
     return prefill, statistics.median(decode)
 
 
