@@ -302,7 +302,8 @@ class PagedKVCacheManager:
         Several sequences: :meth:`can_append_slots` then :meth:`append_slots` of each running sequence in
         group order, the same blocks taken in the same order, in one pass over the tables (parallel
         samples, beam candidates; the check's count of :meth:`_append_blocks_needed`, inlined, skips
-        sequences whose token fits in a private last block, which need nothing). O(sequences).
+        sequences whose token fits in a private last block, which need nothing; a token that lands in a
+        shared last block takes its copy-on-write copy inline, as ``BlockTable._grow`` does). O(sequences).
 
         Raises:
             ValueError: if a running sequence has fewer tokens than its table (as :meth:`append_slots`)."""
@@ -346,8 +347,16 @@ class PagedKVCacheManager:
         next_full = self._next_full
         for seq, table, n in grows:
             have = table._num_tokens
-            if have < n <= table._capacity and counts[table._last] == 1:
-                table._num_tokens = n  # _grow's fast path
+            if have < n <= table._capacity:
+                last = table._last
+                if counts[last] == 1:
+                    table._num_tokens = n  # _grow's fast path
+                else:  # _grow's copy-on-write of the shared, partly filled last block (copy_on_write)
+                    dst = allocator.allocate()
+                    allocator.free(last)
+                    table._blocks[-1] = table._last = dst
+                    table._num_tokens = n
+                    copies.append((last, dst))
             else:
                 added = table._grow(n - have, strict=True)
                 if added:
