@@ -18,7 +18,9 @@ A beam step costs one KV cache manager call per group: the step's moves come pre
 recording (:meth:`paged.sim.beam_replay.BeamTrace.moves`) and the manager's ``free_and_fork`` frees
 the dropped candidates and forks the new ones in one call, the same frees and forks in the same order
 as one ``Scheduler.finish_seq`` / ``Scheduler.fork_seq`` each (``batched_beam=False``, the reference
-the tests compare against; also taken for a manager without ``free_and_fork``).
+the tests compare against; also taken for a manager without ``free_and_fork``). Beam groups are
+not fast-forwarded: each step changes the block tree (forks, frees, copy-on-write copies priced with
+the next iteration), so it is applied to the real manager one iteration at a time.
 
 Fast-forward (:func:`paged.sim.fast_forward.decode_run`): when the time model has a
 ``decode_time(num_seqs, context_tokens)`` method (a :class:`paged.sim.cost_model.CostModel`),
