@@ -116,12 +116,12 @@ CASES = [("paged", 1, "recompute"), ("paged", 16, "recompute"), ("paged", 128, "
 @pytest.mark.parametrize("system, block_size, preemption", CASES, ids=[f"{s}-{b}-{p}" for s, b, p in CASES])
 @pytest.mark.parametrize("load", ["light", "overloaded"])
 def test_batched_beam_step_equals_reference(monkeypatch, system, block_size, preemption, width, load):
-    trace = _trace(40, 20.0, seed=width)
+    trace = _trace(40 if load == "light" else 24, 20.0, seed=width)
     # light: room for everyone; overloaded: a cache a few requests fill, so groups are preempted
-    slots = 1 << 17 if load == "light" else (2560 if system == "paged" else 32768)
+    slots = 1 << 17 if load == "light" else ((1536 if block_size == 1 else 2560) if system == "paged" else 32768)
     if system == "orca-max" and load == "light":
         slots = 1 << 19
-    kw = dict(record_memory=True, record_sharing=load == "overloaded")
+    kw = dict(record_memory=True, record_sharing=load == "overloaded" and block_size > 1)
     fast, fast_log, fast_manager = _run(monkeypatch, system, block_size, preemption, width, trace, slots,
                                         reference=False, **kw)
     ref, ref_log, ref_manager = _run(monkeypatch, system, block_size, preemption, width, trace, slots,
