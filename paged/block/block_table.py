@@ -32,8 +32,8 @@ class BlockTable:
     # _capacity is len(_blocks) * block_size (token slots held), _last is _blocks[-1] (None while
     # empty); _counts is the allocator's list of reference counts, read (never written) by the decode
     # step's fast path to see that the last block is private. That fast path (grow_to's first test)
-    # is also inlined in PagedKVCacheManager.append_slots_in_order, the one reader of these fields
-    # outside this class.
+    # is also inlined in PagedKVCacheManager.append_slots_in_order and _append_group, the one reader
+    # of these fields outside this class (the latter also calls _grow).
     __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens", "_capacity", "_last", "_counts")
 
     def __init__(self, allocator: BlockAllocator) -> None:

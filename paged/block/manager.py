@@ -297,19 +297,72 @@ class PagedKVCacheManager:
 
     def _append_group(self, group: SequenceGroup, copies: list[tuple[int, int]]) -> bool:
         """:meth:`append_slots_in_order` for a group of several sequences, or of one that is not running:
-        False if it does not fit (nothing changed), else True, its copy-on-write pairs added to ``copies``."""
+        False if it does not fit (nothing changed), else True, its copy-on-write pairs added to ``copies``.
+
+        Several sequences: :meth:`can_append_slots` then :meth:`append_slots` of each running sequence in
+        group order, the same blocks taken in the same order, in one pass over the tables (parallel
+        samples, beam candidates; the check's count of :meth:`_append_blocks_needed`, inlined, skips
+        sequences whose token fits in a private last block, which need nothing; a token that lands in a
+        shared last block takes its copy-on-write copy inline, as ``BlockTable._grow`` does). O(sequences).
+
+        Raises:
+            ValueError: if a running sequence has fewer tokens than its table (as :meth:`append_slots`)."""
         seqs = group.seqs
+        tables = self.block_tables
         if len(seqs) == 1:  # not running: nothing to append (but a group that could not is stopped at)
             seq = seqs[0]
-            table = self.block_tables[seq.seq_id]
+            table = tables[seq.seq_id]
             grow = seq.num_tokens - table.num_tokens
             return not grow or table.num_new_blocks(grow) <= self.gpu_allocator.num_free_blocks
         self._version += 1
-        if not self.can_append_slots(group):
-            return False
+        bs = self.block_size
+        allocator = self.gpu_allocator
+        counts = allocator._ref_counts
+        grows = []  # (sequence, its table, its tokens), running sequences in group order
+        needed = 0
+        writers: dict[int, int] | None = None  # shared, partly filled last block -> its writers
         for seq in seqs:
-            if seq.status is _RUNNING:
-                copies.extend(self.append_slots(seq))
+            if seq.status is not _RUNNING:
+                continue
+            table = tables[seq.seq_id]
+            n = seq.prompt_len + seq.num_generated
+            grows.append((seq, table, n))
+            have = table._num_tokens
+            if n <= have:
+                continue
+            if n <= table._capacity and counts[table._last] == 1:
+                continue  # fits in a private last block: no block taken
+            needed += -(-n // bs) - len(table._blocks)
+            if have % bs:
+                last = table._last
+                if writers is None:
+                    writers = {last: 1}
+                else:
+                    writers[last] = writers.get(last, 0) + 1
+        if writers is not None:
+            for block, num_writers in writers.items():
+                needed += copies_for_writers(counts[block], num_writers)
+        if needed > allocator.num_free_blocks:
+            return False
+        next_full = self._next_full
+        for seq, table, n in grows:
+            have = table._num_tokens
+            if have < n <= table._capacity:
+                last = table._last
+                if counts[last] == 1:
+                    table._num_tokens = n  # _grow's fast path
+                else:  # _grow's copy-on-write of the shared, partly filled last block (copy_on_write)
+                    dst = allocator.allocate()
+                    allocator.free(last)
+                    table._blocks[-1] = table._last = dst
+                    table._num_tokens = n
+                    copies.append((last, dst))
+            else:
+                added = table._grow(n - have, strict=True)
+                if added:
+                    copies.extend(added)
+            if next_full is not None and table._num_tokens >= next_full.get(seq.seq_id, table._num_tokens + 1):
+                self._chains.register_full_blocks(seq, table)
         return True
 
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
@@ -332,6 +385,29 @@ class PagedKVCacheManager:
         self.block_tables[child.seq_id] = self.block_tables[parent.seq_id].fork()
         if self._chains is not None:
             self._chains.fork(parent, child)
+
+    def free_and_fork(self, dropped: list[Sequence], forks: list[tuple[Sequence, Sequence]]) -> None:
+        """:meth:`free` each sequence of ``dropped`` in order, then :meth:`fork` each ``(parent, child)``
+        of ``forks`` in order: a beam-search step (§4.4; the simulator's replay,
+        :class:`paged.sim.executor.SimulatedExecutor`) in one call, the same block counts changed in
+        the same order. Allocates nothing. O(blocks of the sequences)."""
+        self._version += 1
+        if self._chains is not None:
+            for seq in dropped:
+                self.free(seq)
+            for parent, child in forks:
+                self.fork(parent, child)
+            return
+        tables = self.block_tables
+        layouts = self._layouts
+        for seq in dropped:
+            table = tables.pop(seq.seq_id, None)
+            if table is not None:
+                table.free()
+            if layouts:
+                layouts.pop(seq.seq_id, None)
+        for parent, child in forks:
+            tables[child.seq_id] = tables[parent.seq_id].fork()
 
     def free(self, seq: Sequence) -> None:
         """Drop the sequence's block table (each block's count −1, tail first). Unknown sequences: no-op."""

@@ -156,18 +156,14 @@ class ContiguousKVCacheManager:
     def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
         """``(groups done, [])``: the groups, in order, up to the first whose running sequences do not
         all stay inside their reservations (nothing to allocate; :class:`paged.core.KVCacheManager`,
-        the decode step's hot path). O(sequences); a one-sequence group is checked inline (a fifth of
-        an Orca simulation's time went to the general check's generator)."""
+        the decode step's hot path). O(sequences), each checked inline (a fifth of an Orca simulation's
+        time would go to the generator of :meth:`can_append_slots`)."""
         reservations = self.reservations
         running = SequenceStatus.RUNNING
         for done, group in enumerate(seq_groups):
-            seqs = group.seqs
-            if len(seqs) == 1:
-                seq = seqs[0]
+            for seq in group.seqs:  # can_append_slots, inlined
                 if seq.status is running and seq.prompt_len + seq.num_generated > reservations[seq.seq_id][1]:
                     return done, []
-            elif not self.can_append_slots(group):
-                return done, []
         return len(seq_groups), []
 
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
@@ -197,6 +193,36 @@ class ContiguousKVCacheManager:
         if key is not None:
             self._group_of[child.seq_id] = key
             self._live[key] += 1
+
+    def free_and_fork(self, dropped: list[Sequence], forks: list[tuple[Sequence, Sequence]]) -> None:
+        """:meth:`free` each sequence of ``dropped`` in order, then :meth:`fork` each ``(parent, child)``
+        of ``forks`` in order: a beam-search step (§4.4; the simulator's replay,
+        :class:`paged.sim.executor.SimulatedExecutor`) in one call. O(sequences) with spares.
+
+        Raises:
+            MemoryError: as :meth:`fork`.
+        """
+        reservations, group_of, live, spares = self.reservations, self._group_of, self._live, self._spares
+        for seq in dropped:
+            key = group_of.get(seq.seq_id)
+            if key is not None and live.get(key, 0) > 1 and seq.seq_id in reservations:
+                # a group that keeps other live sequences: the reservation becomes a spare (free's case)
+                start = reservations.pop(seq.seq_id)[0]
+                del group_of[seq.seq_id]
+                live[key] -= 1
+                spares[key].append(start)
+            else:
+                self.free(seq)
+        for parent, child in forks:
+            parent_id = parent.seq_id
+            key = group_of.get(parent_id)
+            pool = spares.get(key) if key is not None else None
+            if pool:  # fork's case with a spare
+                reservations[child.seq_id] = (pool.pop(), reservations[parent_id][1])
+                group_of[child.seq_id] = key
+                live[key] += 1
+            else:
+                self.fork(parent, child)
 
     def free(self, seq: Sequence) -> None:
         """Release the sequence's reservation (to its group's spares while the group has other live

@@ -142,6 +142,11 @@ class KVCacheManager(Protocol):
         """Release the sequence's KV space."""
         ...
 
+    def free_and_fork(self, dropped: list[Sequence], forks: list[tuple[Sequence, Sequence]]) -> None:
+        """:meth:`free` each sequence of ``dropped``, then :meth:`fork` each ``(parent, child)`` of
+        ``forks``, in order, in one call: a beam-search step (§4.4), the simulator's replay."""
+        ...
+
     def free_for_recompute(self, seq_group: SequenceGroup) -> None:
         """Release the KV space of the group's running sequences, preempted by recomputation (§4.5),
         remembering which blocks they shared so that the next :meth:`allocate` shares them again."""

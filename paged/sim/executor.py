@@ -14,6 +14,14 @@ copies the parent's KV into the child's reservation, and the step's time grows b
 time model with the next iteration (``blocks_to_copy``). Both are counted: ``copied_tokens`` /
 ``copy_seconds`` (contiguous forks) and ``cow_blocks`` / ``cow_seconds`` (copy-on-write).
 
+A beam step costs one KV cache manager call per group: the step's moves come precomputed from the
+recording (:meth:`paged.sim.beam_replay.BeamTrace.moves`) and the manager's ``free_and_fork`` frees
+the dropped candidates and forks the new ones in one call, the same frees and forks in the same order
+as one ``Scheduler.finish_seq`` / ``Scheduler.fork_seq`` each (``batched_beam=False``, the reference
+the tests compare against; also taken for a manager without ``free_and_fork``). Beam groups are
+not fast-forwarded: each step changes the block tree (forks, frees, copy-on-write copies priced with
+the next iteration), so it is applied to the real manager one iteration at a time.
+
 Fast-forward (:func:`paged.sim.fast_forward.decode_run`): when the time model has a
 ``decode_time(num_seqs, context_tokens)`` method (a :class:`paged.sim.cost_model.CostModel`),
 :meth:`SimulatedExecutor.execute_run` applies a run of identical decode iterations at once, with
@@ -42,6 +50,8 @@ class SimulatedExecutor:
             ``iteration_time`` has a ``decode_time(num_seqs, context_tokens)`` method. Same results.
         first_fork_id: the sequence id of the first beam candidate forked (above every id of the
             requests' own sequences).
+        batched_beam: a beam step frees and forks in one manager call (``free_and_fork``, module
+            docstring); False: one scheduler call per sequence. Same results.
 
     Attributes:
         now: the simulated clock (seconds).
@@ -50,11 +60,12 @@ class SimulatedExecutor:
     """
 
     __slots__ = ("now", "iteration_time", "decode_time", "_next_seq_id", "copied_tokens", "copy_seconds",
-                 "cow_blocks", "cow_seconds")
+                 "cow_blocks", "cow_seconds", "batched_beam")
 
     def __init__(self, iteration_time: Callable[[SchedulerOutputs], float], *, fast_forward: bool = True,
-                 first_fork_id: int = 1 << 40) -> None:
+                 first_fork_id: int = 1 << 40, batched_beam: bool = True) -> None:
         self.now = 0.0
+        self.batched_beam = batched_beam
         self.iteration_time = iteration_time
         self.decode_time = getattr(iteration_time, "decode_time", None) if fast_forward else None
         self._next_seq_id = first_fork_id
@@ -79,11 +90,16 @@ class SimulatedExecutor:
         running = SequenceStatus.RUNNING
         any_finished = False
         copied = 0
+        beam_step = None
         for group in outputs.scheduled_seq_groups:
             if group.first_token_time is None:
                 group.first_token_time = now
             if getattr(group, "beam", None) is not None:
-                finished, tokens = self._beam_step(scheduler, group)
+                if beam_step is None:
+                    beam_step = self._beam_step
+                    if not self.batched_beam or getattr(scheduler.kv_manager, "free_and_fork", None) is None:
+                        beam_step = self._beam_step_reference
+                finished, tokens = beam_step(scheduler, group)
                 any_finished |= finished
                 copied += tokens
                 continue
@@ -103,8 +119,59 @@ class SimulatedExecutor:
         return any_finished
 
     def _beam_step(self, scheduler: Scheduler, group: SequenceGroup) -> tuple[bool, int]:
-        """One step of a replayed beam search (module docstring). ``(finished, KV tokens copied by
-        forks)``; the tokens are 0 unless the KV cache manager copies on fork."""
+        """One step of a replayed beam search (module docstring), the manager's frees and forks in one
+        ``free_and_fork`` call: what :meth:`_beam_step_reference` does, in the same order. ``(finished,
+        KV tokens copied by forks)``; the tokens are 0 unless the KV cache manager copies on fork.
+        O(candidates) plus the manager's work."""
+        running = SequenceStatus.RUNNING
+        seqs = group.seqs
+        candidates = [seq for seq in seqs if seq.status is running]
+        step = candidates[0].num_generated
+        manager = scheduler.kv_manager
+        if step + 1 >= group.output_len:  # the last token: every candidate's hypothesis is done
+            finished = SequenceStatus.FINISHED
+            for seq in candidates:
+                seq.num_generated += 1
+                seq.status = finished
+            manager.free_and_fork(candidates, ())
+            return True, 0
+        count, dropped, moves = group.beam.moves(step)
+        if len(candidates) != count:  # not the recording's shape (never in a replay): one call each
+            return self._beam_step_reference(scheduler, group)
+        drop = []
+        if dropped:
+            finished = SequenceStatus.FINISHED
+            for i in dropped:
+                seq = candidates[i]
+                seq.status = finished
+                drop.append(seq)
+        targets, forks = [], []
+        next_id = self._next_seq_id
+        for p, fork in moves:
+            parent = candidates[p]
+            if fork:  # a later child of the same parent: a fork sharing its blocks
+                child = Sequence(next_id, parent.prompt_len, parent.num_generated, parent.token_ids, running,
+                                 parent.seq_id)
+                next_id += 1
+                forks.append((parent, child))
+                targets.append(child)
+            else:
+                targets.append(parent)
+        self._next_seq_id = next_id
+        manager.free_and_fork(drop, forks)
+        copied = 0
+        if forks and getattr(manager, "fork_copies_kv", False):
+            for parent, _ in forks:
+                copied += parent.prompt_len + parent.num_generated
+        for seq in targets:
+            seq.num_generated += 1
+        seqs[:] = targets  # candidate order, best first, as the recording's indices
+        return False, copied
+
+    def _beam_step_reference(self, scheduler: Scheduler, group: SequenceGroup) -> tuple[bool, int]:
+        """:meth:`_beam_step` with one ``Scheduler.finish_seq`` per dropped candidate and one
+        ``Scheduler.fork_seq`` per fork, the parents read from :meth:`~paged.sim.beam_replay.BeamTrace.parents`.
+        ``(finished, KV tokens copied by forks)``. O(candidates) scheduler calls."""
         candidates = [seq for seq in group.seqs if seq.status is SequenceStatus.RUNNING]
         step = candidates[0].num_generated
         if step + 1 >= group.output_len:  # the last token: every candidate's hypothesis is done
