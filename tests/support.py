@@ -73,11 +73,13 @@ def assert_close(out, ref, dtype):
     torch.testing.assert_close(out.float().cpu(), ref.float().cpu(), atol=atol, rtol=rtol)
 
 
-def synthetic_trace(n: int = 120, rate: float = 8.0, seed: int = 1) -> list[Request]:
-    """``n`` requests with uniform prompt (1-300) and output (1-400) lengths and Poisson arrivals at ``rate``/s."""
+def synthetic_trace(n: int = 120, rate: float = 8.0, seed: int = 1, max_prompt: int = 300,
+                    max_output: int = 400) -> list[Request]:
+    """``n`` requests with uniform prompt (1-``max_prompt``) and output (1-``max_output``) lengths (tokens)
+    and Poisson arrivals at ``rate``/s."""
     rng = random.Random(seed)
     t, reqs = 0.0, []
     for i in range(n):
         t += rng.expovariate(rate)
-        reqs.append(Request(i, rng.randint(1, 300), rng.randint(1, 400), t))
+        reqs.append(Request(i, rng.randint(1, max_prompt), rng.randint(1, max_output), t))
     return reqs

@@ -6,7 +6,6 @@ copy-on-write block ids, preemptions and free blocks of every iteration are comp
 
 import dataclasses
 import functools
-import random
 
 import pytest
 
@@ -17,7 +16,7 @@ from paged.core.sequence import SequenceStatus
 from paged.sim.cost_model import get_cost_model
 from paged.sim.executor import SimulatedExecutor
 from paged.sim.simulator import simulate
-from paged.workloads import Request as Req
+from support import synthetic_trace
 
 
 def _reference_append_group(self, group, copies):
@@ -98,15 +97,6 @@ def _summary(result):
     return fields, groups
 
 
-def _trace(n, rate, seed):
-    rng = random.Random(seed)
-    t, reqs = 0.0, []
-    for i in range(n):
-        t += rng.expovariate(rate)
-        reqs.append(Req(i, rng.randint(1, 200), rng.randint(1, 120), t))
-    return reqs
-
-
 CASES = [("paged", 1, "recompute"), ("paged", 16, "recompute"), ("paged", 128, "recompute"),
          ("paged", 1, "swap"), ("paged", 16, "swap"), ("paged", 128, "swap"),
          ("orca-oracle", 16, "recompute"), ("orca-max", 16, "recompute")]
@@ -116,7 +106,7 @@ CASES = [("paged", 1, "recompute"), ("paged", 16, "recompute"), ("paged", 128, "
 @pytest.mark.parametrize("system, block_size, preemption", CASES, ids=[f"{s}-{b}-{p}" for s, b, p in CASES])
 @pytest.mark.parametrize("load", ["light", "overloaded"])
 def test_batched_beam_step_equals_reference(monkeypatch, system, block_size, preemption, width, load):
-    trace = _trace(40 if load == "light" else 24, 20.0, seed=width)
+    trace = synthetic_trace(40 if load == "light" else 24, 20.0, seed=width, max_prompt=200, max_output=120)
     # light: room for everyone; overloaded: a cache a few requests fill, so groups are preempted
     slots = 1 << 17 if load == "light" else ((1536 if block_size == 1 else 2560) if system == "paged" else 32768)
     if system == "orca-max" and load == "light":
