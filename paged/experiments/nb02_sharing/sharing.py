@@ -31,11 +31,17 @@ from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, as_
 from paged.experiments.notebook.sweep import run_jobs
 from paged.workloads.named import NAMED_TRACES
 
-__all__ = ["FIG14_SYSTEMS", "FIG14_SETTINGS", "FIG16_TRACES", "FIG16_SYSTEMS", "group_options", "sustained_rates",
+__all__ = ["CURVE_LATENCY_CAP", "FIG14_SYSTEMS", "FIG14_SETTINGS", "FIG16_TRACES", "FIG16_SYSTEMS", "group_options", "sustained_rates",
            "latency_sweep", "improvement_over_oracle", "memory_saving", "engine_memory_saving",
            "available_fig16_traces", "shared_prefix_rates", "shared_prefix_sweep", "length_summary", "prefix_caching_demo",
            "demo_summary", "SYSTEM_PROMPT", "SAVING_RATES", "saving_rates"]
 
+#: Normalized latency (s/token) at which a curve point of Fig. 14 or 16 stops (the top of the paper's
+#: latency axes, which end at 1 s/token): a run whose latency is sure to pass it is stopped there and
+#: drawn at its bound as an open triangle, as notebook 03's curves are. An Orca system at paged's rates
+#: is far past its own capacity, and a finished paper-length run would only measure how long its
+#: queue takes to drain (the uncapped runs reached 170 s/token).
+CURVE_LATENCY_CAP = 1.0
 #: Systems of Fig. 14, the paper's order.
 FIG14_SYSTEMS = ("paged", "orca-oracle", "orca-pow2", "orca-max")
 #: (decoding, width) settings of Fig. 14; ``("basic", 1)`` is one sample per request, the paper's
@@ -103,11 +109,13 @@ def improvement_over_oracle(rates: pd.DataFrame, baseline: str = "orca-oracle") 
 def latency_sweep(rates: pd.DataFrame, systems=FIG14_SYSTEMS, *, fractions=(0.2, 0.4, 0.6, 0.8, 1.0, 1.2),
                   model: str = "opt-13b", trace: str = "alpaca-bare", num_requests: int | None = None,
                   duration_scale: float = 1.0, seed: int = 0, workers: int = 2, block_size: int = 16,
-                  known: pd.DataFrame | None = None) -> pd.DataFrame:
+                  known: pd.DataFrame | None = None, latency_cap: float | None = CURVE_LATENCY_CAP) -> pd.DataFrame:
     """Normalized latency of every system at request rates = ``fractions`` × paged's sustained rate in
     each setting of ``rates`` (:func:`sustained_rates`), so each panel spans the interesting range;
-    runs as :func:`sustained_rates` (paper-length, or ``num_requests``). ``known``: rows already run
-    (the searches' points) are reused (:func:`~paged.experiments.serving.reusable`)."""
+    runs as :func:`sustained_rates` (paper-length, or ``num_requests``). A run stops once its latency
+    is sure to pass ``latency_cap`` (s/token, default :data:`CURVE_LATENCY_CAP`; None: every run to
+    its end) and its row has that bound and ``stopped_early``. ``known``: rows already run (the
+    searches' points) are reused (:func:`~paged.experiments.serving.reusable`)."""
     points, labels = [], []
     for (decoding, width), part in rates.groupby(["decoding", "width"], sort=False):
         top = float(part.set_index("system").loc["paged", "sustained_rate"])
@@ -116,7 +124,7 @@ def latency_sweep(rates: pd.DataFrame, systems=FIG14_SYSTEMS, *, fractions=(0.2,
                 points.append(dict(model=model, trace=trace, system=system, rate=top if f == 1 else round(f * top, 4),
                                    num_requests=num_requests, seed=seed, block_size=block_size,
                                    **({} if num_requests is not None else {"duration_scale": duration_scale}),
-                                   record_sharing=False, **group_options(decoding, width)))
+                                   record_sharing=False, latency_cap=latency_cap, **group_options(decoding, width)))
                 labels.append((decoding, width))
     df = sweep(points, workers=workers, desc="Fig. 14 sweep", known=known)
     df = df.drop(columns=[c for c in ("decoding", "width") if c in df.columns])  # reused search rows carry them
@@ -225,10 +233,12 @@ def shared_prefix_rates(*, model: str = "llama-13b", num_requests: int | None = 
 
 def shared_prefix_sweep(rates: pd.DataFrame, *, fractions=(0.2, 0.4, 0.6, 0.8, 1.0, 1.2), model: str = "llama-13b",
                         num_requests: int | None = None, duration_scale: float = 1.0, seed: int = 0,
-                        workers: int = 2, block_size: int = 16, known: pd.DataFrame | None = None) -> pd.DataFrame:
+                        workers: int = 2, block_size: int = 16, known: pd.DataFrame | None = None,
+                        latency_cap: float | None = CURVE_LATENCY_CAP) -> pd.DataFrame:
     """Fig. 16's curves: normalized latency of :data:`FIG16_SYSTEMS` at ``fractions`` × the reserved-prefix
     paged system's sustained rate on each trace of ``rates`` (:func:`shared_prefix_rates`); runs as
-    :func:`sustained_rates`; ``known`` rows (with the system names of :func:`run_system`) are reused."""
+    :func:`sustained_rates`, stopped at ``latency_cap`` as :func:`latency_sweep`'s; ``known`` rows (with
+    the system names of :func:`run_system`) are reused."""
     points, labels = [], []
     for shot, part in rates.groupby("shot", sort=False):
         top = float(part.set_index("system").loc["paged (reserved prefix)", "sustained_rate"])
@@ -238,7 +248,7 @@ def shared_prefix_sweep(rates: pd.DataFrame, *, fractions=(0.2, 0.4, 0.6, 0.8, 1
                 points.append(dict(model=model, trace=trace, system=system, rate=top if f == 1 else round(f * top, 4),
                                    num_requests=num_requests, seed=seed, block_size=block_size,
                                    **({} if num_requests is not None else {"duration_scale": duration_scale}),
-                                   prefix_caching=caching, record_sharing=False))
+                                   prefix_caching=caching, record_sharing=False, latency_cap=latency_cap))
                 labels.append((shot, label))
     df = sweep(points, workers=workers, desc="Fig. 16 sweep", known=known)
     df = df.drop(columns=[c for c in ("shot", "label") if c in df.columns])  # reused search rows carry them

@@ -22,10 +22,23 @@ __all__ = ["plot_fig14", "plot_fig15", "plot_fig16", "plot_prefix_caching"]
 _LABELS = {"parallel": "parallel sampling, n = {}", "beam": "beam search, width {}", "basic": "one sample"}
 
 
+def _stopped_early(rows: pd.DataFrame):
+    """Per row, whether its run stopped at a latency cap (its latency is then a lower bound)."""
+    if "stopped_early" not in rows:
+        return pd.Series(False, index=rows.index)
+    return rows["stopped_early"].astype("boolean").fillna(False).astype(bool)
+
+
 def _latency_axes(ax, part: pd.DataFrame, systems, color_of, title: str) -> None:
+    """One panel: each system's latency curve, filled markers where the run finished and open
+    triangles at the lower bound of runs stopped at the curves' latency cap."""
     for system in systems:
         rows = part[part["system"] == system].sort_values("rate")
-        ax.plot(rows["rate"], rows["normalized_latency"], marker="o", color=color_of(system), label=system)
+        early = _stopped_early(rows)
+        color = color_of(system)
+        ax.plot(rows["rate"], rows["normalized_latency"], color=color, label=system)
+        ax.plot(rows["rate"][~early], rows["normalized_latency"][~early], "o", color=color)
+        ax.plot(rows["rate"][early], rows["normalized_latency"][early], "^", color=color, markerfacecolor="white")
     ax.axhline(LATENCY_THRESHOLD, color="0.35", linestyle="--", linewidth=1)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -36,9 +49,12 @@ def _latency_axes(ax, part: pd.DataFrame, systems, color_of, title: str) -> None
     ax.set_ylabel("normalized latency (s/token)")
 
 
-def _legend(fig, systems, color_of) -> None:
+def _legend(fig, systems, color_of, early: bool = False) -> None:
     handles = [Line2D([], [], color=color_of(s), marker="o", label=s) for s in systems]
     handles.append(Line2D([], [], color="0.35", linestyle="--", label=f"{LATENCY_THRESHOLD:g} s/token (sustained)"))
+    if early:  # only when the figure has such markers
+        handles.append(Line2D([], [], color="0.3", marker="^", markerfacecolor="white", linestyle="",
+                              label="stopped at the cap (≥)"))
     fig.tight_layout()
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
 
@@ -46,7 +62,8 @@ def _legend(fig, systems, color_of) -> None:
 def plot_fig14(sweep: pd.DataFrame, gains: pd.DataFrame):
     """Fig. 14: one panel per (decoding, width) of :func:`paged.experiments.nb02_sharing.sharing.latency_sweep` rows
     (parallel sampling on the top row, beam search below), each titled with paged ÷ Orca (Oracle)'s
-    sustained rate from :func:`paged.experiments.nb02_sharing.sharing.improvement_over_oracle`. Log y-axis."""
+    sustained rate from :func:`paged.experiments.nb02_sharing.sharing.improvement_over_oracle`. Log y-axis;
+    open triangles are runs stopped at the curves' latency cap, drawn at their lower bound."""
     panels = [(d, w) for d, w in dict.fromkeys(zip(sweep["decoding"], sweep["width"])) if d != "basic"]
     cols = max(1, max((sum(1 for d, _ in panels if d == kind) for kind in ("parallel", "beam")), default=1))
     kinds = [k for k in ("parallel", "beam") if any(d == k for d, _ in panels)] or ["basic"]
@@ -65,7 +82,7 @@ def plot_fig14(sweep: pd.DataFrame, gains: pd.DataFrame):
             part = sweep[(sweep["decoding"] == d) & (sweep["width"] == w)]
             title = _LABELS[d].format(w) + (f"\npaged / Oracle: {gain[d, w]:.2f}x" if (d, w) in gain.index else "")
             _latency_axes(ax, part, systems, lambda s: SYSTEM_COLORS.get(s, "0.3"), title)
-    _legend(fig, systems, lambda s: SYSTEM_COLORS.get(s, "0.3"))
+    _legend(fig, systems, lambda s: SYSTEM_COLORS.get(s, "0.3"), bool(_stopped_early(sweep).any()))
     return fig
 
 
@@ -106,7 +123,7 @@ def plot_fig16(sweep: pd.DataFrame, rates: pd.DataFrame):
                            if s != "orca-oracle" and (shot, s) in ratio.index)  # one line each: no overlap
         _latency_axes(ax, sweep[sweep["shot"] == shot], systems, lambda s: palette.get(s, "0.3"),
                       f"WMT16 {shot}\n{gains}")
-    _legend(fig, systems, lambda s: palette.get(s, "0.3"))
+    _legend(fig, systems, lambda s: palette.get(s, "0.3"), bool(_stopped_early(sweep).any()))
     return fig
 
 

@@ -25,6 +25,14 @@ def test_sharing_pays_off_more_for_beams_than_for_samples():
     sweep = sharing.latency_sweep(rates[rates["decoding"] == "beam"], ("paged", "orca-oracle"), fractions=(0.5, 1.0),
                                   num_requests=60, workers=1)
     assert len(sweep) == 4 and set(sweep["width"]) == {6}
+    # Orca (Oracle) at paged's sustained rate is past its capacity: capped, its run stops at the bound
+    beam = rates[rates["decoding"] == "beam"]
+    capped = sharing.latency_sweep(beam, ("orca-oracle",), fractions=(1.0,), num_requests=200, workers=1,
+                                   latency_cap=0.05)
+    full = sharing.latency_sweep(beam, ("orca-oracle",), fractions=(1.0,), num_requests=200, workers=1,
+                                 latency_cap=None)
+    assert bool(capped["stopped_early"][0]) and not bool(full["stopped_early"][0])
+    assert 0.05 <= capped["normalized_latency"][0] <= full["normalized_latency"][0]
 
 
 def test_memory_saving_is_the_papers_measure():
