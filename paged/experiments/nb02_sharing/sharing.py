@@ -151,12 +151,17 @@ def saving_rates(traces, rates: dict | None = None) -> dict:
 
 
 def memory_saving(traces=("alpaca-bare", "sharegpt"), widths=(2, 4, 6), *, rates: dict | None = None,
-                  model: str = "opt-13b", num_requests: int = 1000, seed: int = 0, workers: int = 2,
-                  block_size: int = 16) -> pd.DataFrame:
+                  model: str = "opt-13b", num_requests: int | None = None, duration_scale: float = 1.0,
+                  seed: int = 0, workers: int = 2, block_size: int = 16) -> pd.DataFrame:
     """Fig. 15 at paper scale: KV blocks saved by sharing (module docstring) for parallel sampling and
     beam search on each trace, paged on ``model``'s server at ``rates[trace]`` req/s (default 4 for
-    Alpaca, 0.5 for ShareGPT: loaded, below the beam-6 sustained rates). Columns ``trace``, ``decoding``,
-    ``width``, ``rate``, ``saving_percent``, ``blocks_in_use_mean``, ``blocks_without_sharing_mean``.
+    Alpaca, 0.5 for ShareGPT: loaded, below the beam-6 sustained rates), each run paper-length
+    (``duration_scale`` × the paper's hour of arrivals, doubled until the latency converges) or, given
+    ``num_requests``, that many requests. Every iteration of a run is recorded, so a run steps one
+    iteration at a time (an hour of Alpaca at 4 req/s, beam width 6: about 10 s here). Columns
+    ``trace``, ``decoding``, ``width``, ``rate``, ``saving_percent``, ``blocks_in_use_mean``,
+    ``blocks_without_sharing_mean``, ``num_preemptions``, ``num_requests``, ``arrival_seconds``,
+    ``converged``.
 
     Raises:
         ValueError: for a trace with no rate in ``rates`` or :data:`SAVING_RATES` (:func:`saving_rates`),
@@ -165,8 +170,9 @@ def memory_saving(traces=("alpaca-bare", "sharegpt"), widths=(2, 4, 6), *, rates
     traces = as_names("traces", traces)
     widths = as_names("widths", widths)
     rates = saving_rates(traces, rates)
-    points = [dict(model=model, trace=t, system="paged", rate=rates[t], num_requests=num_requests, seed=seed,
-                   block_size=block_size, record_sharing=True, **group_options(d, w))
+    length = {"num_requests": num_requests} if num_requests is not None else {"duration_scale": duration_scale}
+    points = [dict(model=model, trace=t, system="paged", rate=rates[t], seed=seed, block_size=block_size,
+                   record_sharing=True, **length, **group_options(d, w))
               for t in traces for d in ("parallel", "beam") for w in widths]
     df = sweep(points, workers=workers, desc="Fig. 15")
     df["decoding"] = ["parallel" if n > 1 else "beam" for n in df["n"]]
@@ -175,7 +181,7 @@ def memory_saving(traces=("alpaca-bare", "sharegpt"), widths=(2, 4, 6), *, rates
     return df.rename(columns={"kv_blocks_in_use_mean": "blocks_in_use_mean",
                               "kv_blocks_without_sharing_mean": "blocks_without_sharing_mean"})[
         ["trace", "decoding", "width", "rate", "saving_percent", "blocks_in_use_mean", "blocks_without_sharing_mean",
-         "num_preemptions"]]
+         "num_preemptions", "num_requests", "arrival_seconds", "converged"]]
 
 
 def engine_memory_saving(model_path=None, *, trace: str = "alpaca", num_requests: int = 8, widths=(2, 4, 6),
