@@ -209,7 +209,8 @@ def shared_prefix_rates(*, model: str = "llama-13b", num_requests: int | None = 
                         threshold: float = LATENCY_THRESHOLD, saturated_requests: int = SATURATED_REQUESTS,
                         probes=(), return_points: bool = False):
     """Fig. 16: sustained rate of each of :data:`FIG16_SYSTEMS` on each available WMT16 trace, and paged ÷
-    Orca (Oracle); runs as :func:`sustained_rates`. None (after printing why) when no ``wmt16-*`` trace
+    Orca (Oracle); runs as :func:`sustained_rates` (one search per job, ``workers`` at once). None (after
+    printing why) when no ``wmt16-*`` trace
     is installed. With ``return_points``, also every run of the searches (rows with ``shot`` and the
     system's label in ``label``)."""
     available = available_fig16_traces()
@@ -217,18 +218,19 @@ def shared_prefix_rates(*, model: str = "llama-13b", num_requests: int | None = 
         print("Fig. 16 skipped: the WMT16 traces (wmt16-1shot, wmt16-5shot) are not in this installation's "
               f"named traces ({', '.join(NAMED_TRACES)}); they come with the WMT16 workload (paged.workloads.wmt16).")
         return None
+    labels = [(shot, trace, label) for shot, trace in available.items() for label, _, _ in FIG16_SYSTEMS]
+    jobs = [dict(systems=[system], model=model, trace=trace, lo=lo, thresholds=(threshold,), num_requests=num_requests,
+                 duration_scale=duration_scale, saturated_requests=saturated_requests, seed=seed, rel_tol=rel_tol,
+                 workers=1, block_size=block_size, groups={"prefix_caching": caching}, probes=tuple(probes),
+                 return_points=True)
+            for trace in available.values() for _, system, caching in FIG16_SYSTEMS]  # one job per search
     rows, points = [], []
-    for shot, trace in available.items():
-        for label, system, caching in FIG16_SYSTEMS:
-            df, runs = sustained_rate([system], model=model, trace=trace, lo=lo, thresholds=(threshold,),
-                                      num_requests=num_requests, duration_scale=duration_scale,
-                                      saturated_requests=saturated_requests, seed=seed, rel_tol=rel_tol,
-                                      workers=workers, block_size=block_size, groups={"prefix_caching": caching},
-                                      probes=tuple(probes), return_points=True)
-            if len(runs):
-                points.append(runs.assign(shot=shot, label=label))
-            rows.append({"shot": shot, "trace": trace, "system": label, "sustained_rate": df["sustained_rate"][0],
-                         "throughput_rps": df["throughput_rps"][0], "at_throughput": df["at_throughput"][0]})
+    for (shot, trace, label), (df, runs) in zip(labels, run_jobs(sustained_rate, jobs, workers=workers,
+                                                                 desc="Fig. 16 sustained rates")):
+        if len(runs):
+            points.append(runs.assign(shot=shot, label=label))
+        rows.append({"shot": shot, "trace": trace, "system": label, "sustained_rate": df["sustained_rate"][0],
+                     "throughput_rps": df["throughput_rps"][0], "at_throughput": df["at_throughput"][0]})
     out = pd.DataFrame(rows)
     oracle = out[out["system"] == "orca-oracle"].set_index("shot")["sustained_rate"]
     out["over_oracle"] = [r / oracle[s] for s, r in zip(out["shot"], out["sustained_rate"])]
