@@ -1,0 +1,733 @@
+/*
+ * Decode attention read through block tables on a CPU (paper §4.1, §5.1): one query token per
+ * sequence attends to its context, whose keys and values stay where the paged cache holds them.
+ *
+ * Compiled on first use by paged/kernels/cpu_kernel.py (the system C compiler, -O3 -march=native)
+ * and called through ctypes, which releases the GIL for the call.
+ *
+ * Layouts (element strides, row-major; pa_args_t below carries the sizes and strides):
+ *   query        [num_seqs, num_heads, head_size]   sequences at q_seq_stride, heads at q_head_stride
+ *   key_cache    [num_blocks, block_size, num_kv_heads, head_size]   contiguous
+ *   value_cache  the same
+ *   block_tables int32 rows, sequence s's at row_offsets[s] (or s * table_stride); entries past
+ *                ceil(len / block_size) are never read
+ *   context_lens [num_seqs] int32, each >= 1 (tokens)
+ *   out          [num_seqs, num_heads, head_size]   contiguous, the query's dtype
+ * Element types: 0 fp32, 1 bf16, 2 fp16. Half precision is widened to fp32 on load (or, for bf16
+ * keys with AVX512-BF16, multiplied pairwise by vdpbf16ps, which adds exact products in fp32);
+ * scores, softmax and the output accumulate in fp32 and the output is rounded once (to nearest
+ * even). Block ids and offsets are computed in 64 bits.
+ *
+ * The work of one sequence: its context is cut into tiles of at most 16 tokens that lie in one
+ * block, tiles into chunks of at most CHUNK_TILES. Per chunk:
+ *   1. the scores of every query head for every tile (q . k times the scale), a tile's keys of
+ *      every KV head together (a block of the shipped model holds them in 4 KB);
+ *   2. the online softmax: each head's maximum over the chunk; if it grew, the head's
+ *      accumulator and sum are scaled by exp(old - new); then p = exp(score - max) in place;
+ *   3. acc += p v over the chunk's tokens, per KV head (its group's accumulators in registers).
+ * Only slots that hold a token of the sequence are read (a tile stops at the context length), so
+ * whatever the cache holds elsewhere (NaN in the tests) never reaches the output.
+ *
+ * Two implementations of 1-3:
+ *   - AVX-512 (__AVX512F__), head size a compile-time constant (32, 64, 80, 96, 128, 256), any
+ *     GQA group. A tile's scores come out as 16-lane vectors over its tokens without a horizontal
+ *     sum per token. Query heads in fours ("quads"): lane (g, j) of a vector holds head g's
+ *     channel 4b + j (fp32; channels 8b + 2j, 8b + 2j + 1 for vdpbf16ps), so one FMA with the
+ *     key's channels 4b..4b+3 broadcast to the four 128-bit lanes (a plain load, vbroadcastf32x4)
+ *     serves four heads; a token's 16 lanes are 4 heads x 4 partial sums, and 16 tokens reduce to
+ *     4 score vectors in 12 add steps and 8 lane shuffles. Heads left over (groups 1, 2, 3, ...)
+ *     go one by one: a token's q . k as 16 partial sums, 16 tokens summed by a 4-level
+ *     transpose-and-add tree (15 steps). exp is a degree-6 polynomial with vscalefps. Since the
+ *     block table says where the next blocks are, the keys PREFETCH_BLOCKS blocks ahead (across
+ *     into the next sequence) are prefetched into L1 and each block's values into L2 when its
+ *     keys are read (without it the largest grid points ran 1.2-1.5x slower; with it every line
+ *     costs one prefetch instruction, ~20% of the time when the data is already in cache).
+ *   - portable C for every other head size and CPU: the same chunks and tiles in plain loops
+ *     (one horizontal sum per token and head; several times slower).
+ *
+ * paged_attention_cpu_threads splits the sequences into ranges of about equal token counts, one
+ * POSIX thread each; a sequence is computed by one thread with the same code, so the output does
+ * not depend on the thread count.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#define PA_F32 0
+#define PA_BF16 1
+#define PA_F16 2
+#define TILE 16
+#define CHUNK_TILES 16
+#define WIDTH (CHUNK_TILES * TILE) /* score slots per head and chunk */
+#define PREFETCH_BLOCKS 4          /* keys are prefetched this many blocks ahead */
+
+/* Return codes (0: done). */
+#define PA_OK 0
+#define PA_BAD_DTYPE -1
+#define PA_NO_MEMORY -2
+#define PA_BAD_SHAPE -3
+
+/* The arguments of a call (mirrored by paged/kernels/cpu_kernel.py; every field 8 bytes). */
+typedef struct {
+    int64_t dtype;                       /* PA_F32, PA_BF16 or PA_F16 */
+    int64_t num_heads, num_kv_heads, head_size, block_size;
+    int64_t q_seq_stride, q_head_stride; /* elements */
+    const int32_t *block_tables;         /* sequence s's row at row_offsets[s], or s * table_stride */
+    int64_t table_stride;
+    const int64_t *row_offsets;          /* [num_seqs] or NULL */
+    const int32_t *context_lens;         /* [num_seqs] */
+    int64_t seq_begin, seq_end;          /* the sequences this call computes */
+    double scale;
+    int64_t force_portable;              /* 1: the portable loops whatever the build */
+} pa_args_t;
+
+/* One call's view of the arguments and its scratch. */
+typedef struct {
+    int dtype;
+    const void *query;
+    int64_t q_seq_stride, q_head_stride;
+    const void *key_cache, *value_cache;
+    const int32_t *block_tables;
+    int64_t table_stride;
+    const int64_t *row_offsets;
+    const int32_t *context_lens;
+    void *out;
+    int64_t num_heads, num_kv_heads, group, head_size, block_size, seq_begin, seq_end;
+    float scale;
+    float *scores; /* [num_heads, WIDTH] */
+    float *acc;    /* [num_heads, head_size] */
+    float *qf;     /* [num_heads, head_size]: the query as the dot products read it */
+    float *m, *l;  /* [num_heads] running maximum and sum */
+    float *ktile;  /* [TILE, head_size]: one tile's keys widened to fp32 (when no native dot) */
+} job_t;
+
+static inline const int32_t *table_row(const job_t *j, int64_t seq) {
+    return j->block_tables + (j->row_offsets ? j->row_offsets[seq] : seq * j->table_stride);
+}
+
+typedef struct {
+    int64_t slot;  /* first token row of the tile in the cache: block * block_size + offset */
+    int64_t block; /* logical block of the sequence */
+    int n;         /* tokens, 1..TILE */
+} tile_t;
+
+/* ---------------------------------------------------------------- element conversions (portable) */
+
+static inline float bf16_to_f32(uint16_t x) {
+    uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                                           /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+    if (exp == 0x1fu) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        u = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (man == 0) {
+        u = sign;
+    } else { /* subnormal: normalize */
+        int e = -1;
+        do {
+            man <<= 1;
+            e++;
+        } while (!(man & 0x400u));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to infinity */
+    if (a < 0x38800000u) {                                    /* subnormal or zero in fp16 */
+        if (a < 0x33000000u) return (uint16_t)sign;           /* at most half the smallest subnormal */
+        uint32_t man = (a & 0x7fffffu) | 0x800000u, shift = 126u - (a >> 23);
+        uint32_t half = man >> shift, rest = man & ((1u << shift) - 1u), mid = 1u << (shift - 1u);
+        if (rest > mid || (rest == mid && (half & 1u))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t h = (a - 0x38000000u) >> 13, rest = a & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static inline float load_scalar(const void *p, int64_t i, int dtype) {
+    if (dtype == PA_F32) return ((const float *)p)[i];
+    if (dtype == PA_BF16) return bf16_to_f32(((const uint16_t *)p)[i]);
+    return f16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static inline void store_scalar(void *p, int64_t i, float x, int dtype) {
+    if (dtype == PA_F32) ((float *)p)[i] = x;
+    else if (dtype == PA_BF16) ((uint16_t *)p)[i] = f32_to_bf16(x);
+    else ((uint16_t *)p)[i] = f32_to_f16(x);
+}
+
+/* exp(x) for x <= 0 (a score minus its maximum): a degree-6 polynomial on r = x - n ln 2, times
+ * 2^n. Relative error about 2e-7; exactly 0 below -103 and for -inf; NaN stays NaN. */
+static inline float exp_neg(float x) {
+    if (x < -103.0f) return 0.0f;
+    float n = nearbyintf(x * 1.44269504088896341f);
+    float r = fmaf(n, -0.693145751953125f, x);
+    r = fmaf(n, -1.428606765330187e-06f, r);
+    float p = 1.3981999507e-3f;
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    return ldexpf(p, (int)n);
+}
+
+/* ------------------------------------------------------------------------------ tiles and chunks */
+
+/* The tiles of tokens [*pos, len) that fit one chunk; advances *pos. Returns the tile count. */
+static int next_chunk(const int32_t *table, int64_t block_size, int64_t len, int64_t *pos, tile_t *tiles) {
+    int count = 0;
+    int64_t p = *pos;
+    while (p < len && count < CHUNK_TILES) {
+        int64_t block = p / block_size, offset = p % block_size;
+        int64_t n = block_size - offset;
+        if (n > TILE) n = TILE;
+        if (n > len - p) n = len - p;
+        tiles[count].slot = (int64_t)table[block] * block_size + offset;
+        tiles[count].block = block;
+        tiles[count].n = (int)n;
+        count++;
+        p += n;
+    }
+    *pos = p;
+    return count;
+}
+
+/* Scale each head's accumulator and sum by exp(old max - new max) for the chunk's scores of
+ * heads [h0, h0 + nh), then turn the scores into p = exp(score - max) (portable part of step 2). */
+static void online_softmax_portable(const job_t *j, int64_t h0, int64_t nh, const tile_t *tiles, int count) {
+    const int64_t D = j->head_size;
+    for (int64_t hh = h0; hh < h0 + nh; hh++) {
+        float *s = j->scores + hh * WIDTH;
+        float best = j->m[hh];
+        for (int i = 0; i < count; i++)
+            for (int t = 0; t < tiles[i].n; t++) best = s[i * TILE + t] > best ? s[i * TILE + t] : best;
+        float alpha = j->m[hh] == -INFINITY ? 0.0f : exp_neg(j->m[hh] - best), sum = 0.0f;
+        j->m[hh] = best;
+        for (int i = 0; i < count; i++)
+            for (int t = 0; t < tiles[i].n; t++) {
+                float p = exp_neg(s[i * TILE + t] - best);
+                s[i * TILE + t] = p;
+                sum += p;
+            }
+        j->l[hh] = j->l[hh] * alpha + sum;
+        for (int64_t d = 0; d < D; d++) j->acc[hh * D + d] *= alpha;
+    }
+}
+
+/* ------------------------------------------------------------------------------ portable kernel */
+
+static void sequence_portable(const job_t *j, int64_t seq) {
+    const int dtype = j->dtype;
+    const int64_t group = j->group, D = j->head_size, kv = j->num_kv_heads, row = kv * D;
+    const int32_t *table = table_row(j, seq);
+    const int64_t len = j->context_lens[seq];
+    float *qf = j->qf, *acc = j->acc, *scores = j->scores;
+    tile_t tiles[CHUNK_TILES];
+    for (int64_t hh = 0; hh < j->num_heads; hh++) {
+        for (int64_t d = 0; d < D; d++) {
+            qf[hh * D + d] = load_scalar(j->query, seq * j->q_seq_stride + hh * j->q_head_stride + d, dtype) * j->scale;
+            acc[hh * D + d] = 0.0f;
+        }
+        j->m[hh] = -INFINITY;
+        j->l[hh] = 0.0f;
+    }
+    int64_t pos = 0;
+    while (pos < len) {
+        int count = next_chunk(table, j->block_size, len, &pos, tiles);
+        for (int64_t h = 0; h < kv; h++) {
+            for (int i = 0; i < count; i++) /* 1. scores */
+                for (int t = 0; t < tiles[i].n; t++) {
+                    int64_t base = (tiles[i].slot + t) * row + h * D;
+                    for (int64_t g = 0; g < group; g++) {
+                        const float *q = qf + (h * group + g) * D;
+                        float s = 0.0f;
+                        for (int64_t d = 0; d < D; d++) s += q[d] * load_scalar(j->key_cache, base + d, dtype);
+                        scores[(h * group + g) * WIDTH + i * TILE + t] = s;
+                    }
+                }
+            online_softmax_portable(j, h * group, group, tiles, count); /* 2. */
+            for (int i = 0; i < count; i++) /* 3. acc += p v */
+                for (int t = 0; t < tiles[i].n; t++) {
+                    int64_t base = (tiles[i].slot + t) * row + h * D;
+                    for (int64_t g = 0; g < group; g++) {
+                        int64_t hh = h * group + g;
+                        float p = scores[hh * WIDTH + i * TILE + t], *a = acc + hh * D;
+                        for (int64_t d = 0; d < D; d++) a[d] += p * load_scalar(j->value_cache, base + d, dtype);
+                    }
+                }
+        }
+    }
+    for (int64_t hh = 0; hh < j->num_heads; hh++) {
+        float inv = 1.0f / j->l[hh];
+        for (int64_t d = 0; d < D; d++) store_scalar(j->out, (seq * j->num_heads + hh) * D + d, acc[hh * D + d] * inv, dtype);
+    }
+}
+
+/* ---------------------------------------------------------------------------------- AVX-512 kernel */
+#if defined(__AVX512F__)
+
+#define AI static inline __attribute__((always_inline))
+#if defined(__AVX512BF16__)
+#define HAVE_DP 1
+#else
+#define HAVE_DP 0
+#endif
+
+/* 16 elements at element index i of p, as fp32. */
+AI __m512 load16(const void *p, int64_t i, const int dtype) {
+    if (dtype == PA_F32) return _mm512_loadu_ps((const float *)p + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
+    if (dtype == PA_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+AI void store16(void *p, int64_t i, __m512 x, const int dtype) {
+    if (dtype == PA_F32) {
+        _mm512_storeu_ps((float *)p + i, x);
+        return;
+    }
+    __m256i h;
+    if (dtype == PA_F16) {
+        h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else { /* round to nearest even; NaN kept, quiet */
+        __m512i u = _mm512_castps_si512(x), one = _mm512_set1_epi32(1);
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+        __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+        h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+    }
+    _mm256_storeu_si256((__m256i *)((uint16_t *)p + i), h);
+}
+
+/* exp(x) for x <= 0, 16 lanes (see exp_neg). */
+AI __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-103.0f);
+    __mmask16 zero = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_max_ps(lo, x); /* a NaN in x stays (max returns its second operand) */
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.3981999507e-3f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps((__mmask16)~zero, _mm512_scalef_ps(p, n));
+}
+
+AI __m512 mask_tail(__m512 s, int n) {
+    return n < TILE ? _mm512_mask_mov_ps(s, (__mmask16)~((1u << n) - 1u), _mm512_set1_ps(-INFINITY)) : s;
+}
+
+/* Quads: acc[t] lanes (g, j) hold 4 partial sums of head g's score for token t; returns head g's
+ * 16 scores (token t in lane t) in S[g]. 12 adds, 32 in-lane and 8 cross-lane shuffles. */
+AI void reduce_quad(const __m512 *acc, __m512 *S) {
+    __m512 w[8], r[4];
+    for (int k = 0; k < 8; k++) { /* per 128-bit lane: [a_p0, a_p1, b_p0, b_p1], tokens a = 2k, b = 2k + 1 */
+        __m512d a = _mm512_castps_pd(acc[2 * k]), b = _mm512_castps_pd(acc[2 * k + 1]);
+        w[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    for (int k = 0; k < 4; k++) /* per 128-bit lane g: head g's scores of tokens 4k .. 4k + 3 */
+        r[k] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 t0 = _mm512_shuffle_f32x4(r[0], r[1], _MM_SHUFFLE(1, 0, 1, 0));
+    __m512 t1 = _mm512_shuffle_f32x4(r[0], r[1], _MM_SHUFFLE(3, 2, 3, 2));
+    __m512 t2 = _mm512_shuffle_f32x4(r[2], r[3], _MM_SHUFFLE(1, 0, 1, 0));
+    __m512 t3 = _mm512_shuffle_f32x4(r[2], r[3], _MM_SHUFFLE(3, 2, 3, 2));
+    S[0] = _mm512_shuffle_f32x4(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
+    S[1] = _mm512_shuffle_f32x4(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
+    S[2] = _mm512_shuffle_f32x4(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
+    S[3] = _mm512_shuffle_f32x4(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* One head: v[s] holds 16 partial sums of the score of token TOKEN_OF(s) (a 4 x 4 transpose of
+ * s, its own inverse); returns the 16 scores with token t in lane t. */
+#define TOKEN_OF(s) ((((s) & 3) << 2) | ((s) >> 2))
+
+AI __m512 reduce_single(const __m512 *v) {
+    __m512 c[8], d[4], e[2];
+    for (int k = 0; k < 8; k++) /* 256-bit halves: [v2k, v2k+1] */
+        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int k = 0; k < 4; k++) /* 128-bit quarters: [v4k, v4k+1, v4k+2, v4k+3] */
+        d[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int k = 0; k < 2; k++) { /* per 128-bit lane j: pairs (v8k+j, v8k+4+j) */
+        __m512d a = _mm512_castps_pd(d[2 * k]), b = _mm512_castps_pd(d[2 * k + 1]);
+        e[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    /* per 128-bit lane j: [vj, v4+j, v8+j, v12+j] */
+    return _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* Key element type as the dot products read it: fp32, or bf16 with vdpbf16ps. */
+#define KT_F32 0
+#define KT_DP 1
+
+/* Broadcast channels [c, c + 4) (fp32) or [c, c + 8) (bf16 pairs) of a key row to the 4 lanes. */
+AI __m512 key_quad(const void *k, int64_t c, const int kt) {
+    if (kt == KT_F32) return _mm512_broadcast_f32x4(_mm_loadu_ps((const float *)k + c));
+    return _mm512_castsi512_ps(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)((const uint16_t *)k + c))));
+}
+
+AI __m512 madd(__m512 acc, __m512 q, __m512 k, const int kt) {
+#if HAVE_DP
+    if (kt == KT_DP) return _mm512_dpbf16_ps(acc, (__m512bh)q, (__m512bh)k);
+#endif
+    (void)kt;
+    return _mm512_fmadd_ps(q, k, acc);
+}
+
+/* Step 1 for one quad and tile: S[g] = the 16 scores of head g (scale applied, lanes >= n -inf).
+ * Q: the quad's query vectors (D / 4 of them, fp32 scaled; D / 8 bf16-pair vectors for KT_DP);
+ * k: the tile's first key row of this KV head, rows `row` elements apart. */
+AI void quad_scores(const int D, const int kt, const float *Q, const void *k, int64_t row, int n, float scale, __m512 *S) {
+    const int per = kt == KT_F32 ? 4 : 8; /* channels per vector lane group */
+    const int elem = kt == KT_F32 ? 4 : 2;
+    __m512 acc[16];
+    for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+    for (int c0 = 0; c0 < D; c0 += 8 * per) { /* 8 query vectors at a time */
+        const int nb = (D - c0) / per < 8 ? (D - c0) / per : 8;
+        __m512 q[8];
+        for (int b = 0; b < nb; b++) q[b] = _mm512_loadu_ps(Q + 16 * (c0 / per + b));
+        const char *kp = (const char *)k + (int64_t)c0 * elem;
+        if (n == TILE) {
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++) {
+#pragma GCC unroll 8
+                for (int b = 0; b < nb; b++) acc[t] = madd(acc[t], q[b], key_quad(kp, b * per, kt), kt);
+                kp += row * elem;
+            }
+        } else {
+            for (int t = 0; t < n; t++) {
+#pragma GCC unroll 8
+                for (int b = 0; b < nb; b++) acc[t] = madd(acc[t], q[b], key_quad(kp, b * per, kt), kt);
+                kp += row * elem;
+            }
+        }
+    }
+    reduce_quad(acc, S);
+    for (int g = 0; g < 4; g++) {
+        if (kt == KT_DP) S[g] = _mm512_mul_ps(S[g], _mm512_set1_ps(scale));
+        S[g] = mask_tail(S[g], n);
+    }
+}
+
+/* Step 1 for one head and tile (q: D / 16 fp32 scaled vectors, or D / 32 bf16 vectors). */
+AI __m512 single_scores(const int D, const int kt, const float *q, const void *k, int64_t row, int n, float scale) {
+    const int per = kt == KT_F32 ? 16 : 32, elem = kt == KT_F32 ? 4 : 2;
+    __m512 v[16];
+    const char *kp = (const char *)k;
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) {
+        __m512 a = _mm512_setzero_ps();
+        if (t < n) {
+            for (int b = 0; b < D / per; b++) {
+                __m512 kv = kt == KT_F32 ? _mm512_loadu_ps((const float *)kp + 16 * b)
+                                         : _mm512_castsi512_ps(_mm512_loadu_si512((const uint16_t *)kp + 32 * b));
+                a = madd(a, _mm512_loadu_ps(q + 16 * b), kv, kt);
+            }
+        }
+        v[TOKEN_OF(t)] = a;
+        kp += row * elem;
+    }
+    __m512 s = reduce_single(v);
+    if (kt == KT_DP) s = _mm512_mul_ps(s, _mm512_set1_ps(scale));
+    return mask_tail(s, n);
+}
+
+/* Step 3 for NH heads from head0 (NH <= 4; their p in the scores): acc += p v over the chunk. */
+AI void pv_heads(const int dtype, const int D, const int NH, const job_t *j, int64_t head0, int64_t h,
+                 const tile_t *tiles, int count) {
+    const int64_t row = j->num_kv_heads * D;
+    for (int c0 = 0; c0 < D; c0 += 64) {
+        const int nv = (D - c0 < 64 ? D - c0 : 64) / 16;
+        __m512 a[4][4];
+        for (int g = 0; g < NH; g++)
+            for (int v = 0; v < nv; v++) a[g][v] = _mm512_loadu_ps(j->acc + (head0 + g) * D + c0 + 16 * v);
+        for (int i = 0; i < count; i++) {
+            const float *p = j->scores + head0 * WIDTH + i * TILE;
+            int64_t base = tiles[i].slot * row + h * D + c0;
+            for (int t = 0; t < tiles[i].n; t++, base += row) {
+                __m512 vr[4];
+                for (int v = 0; v < nv; v++) vr[v] = load16(j->value_cache, base + 16 * v, dtype);
+                for (int g = 0; g < NH; g++) {
+                    __m512 pg = _mm512_set1_ps(p[g * WIDTH + t]);
+                    for (int v = 0; v < nv; v++) a[g][v] = _mm512_fmadd_ps(pg, vr[v], a[g][v]);
+                }
+            }
+        }
+        for (int g = 0; g < NH; g++)
+            for (int v = 0; v < nv; v++) _mm512_storeu_ps(j->acc + (head0 + g) * D + c0 + 16 * v, a[g][v]);
+    }
+}
+
+/* Step 2 for heads [h0, h0 + nh) (vectorized online_softmax_portable). */
+AI void online_softmax(const int D, const job_t *j, int64_t h0, int64_t nh, int count) {
+    for (int64_t hh = h0; hh < h0 + nh; hh++) {
+        float *s = j->scores + hh * WIDTH;
+        __m512 mx = _mm512_set1_ps(j->m[hh]);
+        for (int i = 0; i < count; i++) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + i * TILE));
+        float best = _mm512_reduce_max_ps(mx);
+        float alpha = j->m[hh] == -INFINITY ? 0.0f : exp_neg(j->m[hh] - best);
+        j->m[hh] = best;
+        __m512 b = _mm512_set1_ps(best), sum = _mm512_setzero_ps();
+        for (int i = 0; i < count; i++) {
+            __m512 p = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + i * TILE), b));
+            _mm512_storeu_ps(s + i * TILE, p);
+            sum = _mm512_add_ps(sum, p);
+        }
+        j->l[hh] = j->l[hh] * alpha + _mm512_reduce_add_ps(sum);
+        if (alpha != 1.0f) {
+            __m512 al = _mm512_set1_ps(alpha);
+            for (int v = 0; v < D / 16; v++)
+                _mm512_storeu_ps(j->acc + hh * D + 16 * v, _mm512_mul_ps(al, _mm512_loadu_ps(j->acc + hh * D + 16 * v)));
+        }
+    }
+}
+
+/* Prefetch the cache lines of a block's keys or values (hint 0: into L1, 1: into L2). */
+AI void prefetch_block(const void *cache, int64_t block, int64_t block_bytes, int hint) {
+    const char *p = (const char *)cache + block * block_bytes;
+    if (hint == 0)
+        for (int64_t o = 0; o < block_bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    else
+        for (int64_t o = 0; o < block_bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+}
+
+/* The keys PREFETCH_BLOCKS logical blocks after `block`, crossing into the next sequence. */
+AI void prefetch_ahead(const job_t *j, int64_t seq, int64_t block, int64_t num_blocks, int64_t block_bytes) {
+    int64_t ahead = block + PREFETCH_BLOCKS;
+    if (ahead < num_blocks) {
+        prefetch_block(j->key_cache, table_row(j, seq)[ahead], block_bytes, 0);
+    } else if (seq + 1 < j->seq_end) {
+        int64_t next = ahead - num_blocks, next_blocks = (j->context_lens[seq + 1] + j->block_size - 1) / j->block_size;
+        if (next < next_blocks) prefetch_block(j->key_cache, table_row(j, seq + 1)[next], block_bytes, 0);
+    }
+}
+
+/* One sequence with head size D and element type dtype known at compile time. */
+AI void sequence_avx512(const int dtype, const int D, const job_t *j, int64_t seq) {
+    const int kt = (dtype == PA_BF16 && HAVE_DP && D % 32 == 0) ? KT_DP : KT_F32;
+    const int widen = kt == KT_F32 && dtype != PA_F32; /* keys widened to fp32 into j->ktile first */
+    const int64_t kv = j->num_kv_heads, G = j->group, row = kv * D, quads = G / 4;
+    const int64_t elem = dtype == PA_F32 ? 4 : 2, block_bytes = j->block_size * row * elem;
+    const int32_t *table = table_row(j, seq);
+    const int64_t len = j->context_lens[seq], num_blocks = (len + j->block_size - 1) / j->block_size;
+    float *qf = j->qf;
+    tile_t tiles[CHUNK_TILES];
+
+    /* The query as the dot products read it: per quad D / 4 vectors with lane (g, j) = channel
+     * 4b + j of head g (fp32, scaled) or D / 8 vectors of bf16 pairs 8b + 2j, 8b + 2j + 1; per
+     * single head its channels (scaled fp32, or bf16 as they are). */
+    for (int64_t hh = 0; hh < j->num_heads; hh++) {
+        const int64_t g = hh % G, qoff = seq * j->q_seq_stride + hh * j->q_head_stride;
+        const int in_quad = g < quads * 4;
+        float *dst = qf + (hh - g) * D + (in_quad ? (g / 4) * 4 * D : g * D);
+        if (kt == KT_DP) {
+            const uint32_t *src = (const uint32_t *)((const uint16_t *)j->query + qoff);
+            uint32_t *d32 = (uint32_t *)dst;
+            for (int c = 0; c < D / 2; c++) d32[in_quad ? (c / 4) * 16 + (g % 4) * 4 + c % 4 : c] = src[c];
+        } else {
+            for (int c = 0; c < D; c++) {
+                float x = load_scalar(j->query, qoff + c, dtype) * j->scale;
+                dst[in_quad ? (c / 4) * 16 + (g % 4) * 4 + c % 4 : c] = x;
+            }
+        }
+        for (int v = 0; v < D / 16; v++) _mm512_storeu_ps(j->acc + hh * D + 16 * v, _mm512_setzero_ps());
+        j->m[hh] = -INFINITY;
+        j->l[hh] = 0.0f;
+    }
+    if (seq == j->seq_begin) /* later sequences' first blocks were prefetched by the one before */
+        for (int64_t b = 0; b < PREFETCH_BLOCKS && b < num_blocks; b++) prefetch_block(j->key_cache, table[b], block_bytes, 0);
+
+    int64_t pos = 0;
+    while (pos < len) {
+        int count = next_chunk(table, j->block_size, len, &pos, tiles);
+        /* 1. scores, tile by tile (a block's keys of every KV head together) */
+        for (int i = 0; i < count; i++) {
+            const int n = tiles[i].n;
+            if (tiles[i].slot % j->block_size == 0 || i == 0) {
+                prefetch_ahead(j, seq, tiles[i].block, num_blocks, block_bytes);
+                prefetch_block(j->value_cache, table[tiles[i].block], block_bytes, 1);
+            }
+            for (int64_t h = 0; h < kv; h++) {
+                const float *qh = qf + h * G * D;
+                float *sh = j->scores + h * G * WIDTH;
+                const void *k = (const char *)j->key_cache + (tiles[i].slot * row + h * D) * elem;
+                int64_t krow = row;
+                if (widen) {
+                    for (int t = 0; t < n; t++)
+                        for (int v = 0; v < D / 16; v++)
+                            _mm512_storeu_ps(j->ktile + t * D + 16 * v, load16(k, t * row + 16 * v, dtype));
+                    k = j->ktile;
+                    krow = D;
+                }
+                for (int64_t c = 0; c < quads; c++) {
+                    __m512 S[4];
+                    quad_scores(D, kt, qh + c * 4 * D, k, krow, n, j->scale, S);
+                    for (int g = 0; g < 4; g++) _mm512_storeu_ps(sh + (c * 4 + g) * WIDTH + i * TILE, S[g]);
+                }
+                for (int64_t g = quads * 4; g < G; g++)
+                    _mm512_storeu_ps(sh + g * WIDTH + i * TILE, single_scores(D, kt, qh + g * D, k, krow, n, j->scale));
+            }
+        }
+        online_softmax(D, j, 0, j->num_heads, count); /* 2. */
+        for (int64_t h = 0; h < kv; h++) /* 3. acc += p v, per KV head (the accumulators in registers) */
+            for (int64_t g = 0; g < G; g += 4) {
+                int64_t nh = G - g < 4 ? G - g : 4;
+                if (nh == 4) pv_heads(dtype, D, 4, j, h * G + g, h, tiles, count);
+                else if (nh == 3) pv_heads(dtype, D, 3, j, h * G + g, h, tiles, count);
+                else if (nh == 2) pv_heads(dtype, D, 2, j, h * G + g, h, tiles, count);
+                else pv_heads(dtype, D, 1, j, h * G + g, h, tiles, count);
+            }
+    }
+    for (int64_t hh = 0; hh < j->num_heads; hh++) {
+        __m512 inv = _mm512_set1_ps(1.0f / j->l[hh]);
+        for (int v = 0; v < D / 16; v++)
+            store16(j->out, (seq * j->num_heads + hh) * D + 16 * v, _mm512_mul_ps(inv, _mm512_loadu_ps(j->acc + hh * D + 16 * v)), dtype);
+    }
+}
+
+typedef void (*sequence_fn)(const job_t *, int64_t);
+
+#define INSTANCE(DT, DTYPE, D) \
+    static void seq_##DT##_##D(const job_t *j, int64_t seq) { sequence_avx512(DTYPE, D, j, seq); }
+#define INSTANCES(DT, DTYPE) \
+    INSTANCE(DT, DTYPE, 32) INSTANCE(DT, DTYPE, 64) INSTANCE(DT, DTYPE, 80) INSTANCE(DT, DTYPE, 96) INSTANCE(DT, DTYPE, 128) INSTANCE(DT, DTYPE, 256)
+INSTANCES(f32, PA_F32)
+INSTANCES(bf16, PA_BF16)
+INSTANCES(f16, PA_F16)
+#define ROW(DT) {seq_##DT##_32, seq_##DT##_64, seq_##DT##_80, seq_##DT##_96, seq_##DT##_128, seq_##DT##_256}
+static const sequence_fn SPECIALIZED[3][6] = {ROW(f32), ROW(bf16), ROW(f16)};
+static const int64_t SPECIALIZED_SIZES[6] = {32, 64, 80, 96, 128, 256};
+
+static sequence_fn specialized(int dtype, int64_t head_size) {
+    for (int i = 0; i < 6; i++)
+        if (SPECIALIZED_SIZES[i] == head_size) return SPECIALIZED[dtype][i];
+    return 0;
+}
+#else
+typedef void (*sequence_fn)(const job_t *, int64_t);
+static sequence_fn specialized(int dtype, int64_t head_size) {
+    (void)dtype, (void)head_size;
+    return 0;
+}
+#endif
+
+/* ------------------------------------------------------------------------------------ entry points */
+
+/* 1 when this build runs the shape on the AVX-512 kernel, 0 when on the portable loops. */
+int paged_attention_cpu_specialized(int64_t dtype, int64_t head_size) {
+    return dtype >= 0 && dtype <= 2 && specialized((int)dtype, head_size) != 0;
+}
+
+/* Decode attention of sequences [a->seq_begin, a->seq_end) (layouts at the top of the file).
+ * Returns PA_OK, or PA_BAD_DTYPE / PA_BAD_SHAPE / PA_NO_MEMORY (nothing written then). */
+int paged_attention_cpu(const pa_args_t *a, const void *query, const void *key_cache, const void *value_cache,
+                        void *out) {
+    if (a->dtype < 0 || a->dtype > 2) return PA_BAD_DTYPE;
+    if (a->num_kv_heads < 1 || a->num_heads % a->num_kv_heads || a->head_size < 1 || a->block_size < 1)
+        return PA_BAD_SHAPE;
+    const int64_t H = a->num_heads, D = a->head_size;
+    size_t floats = (size_t)(H * (WIDTH + 2 * D + 2) + TILE * D);
+    float *scratch = (float *)aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+    if (!scratch) return PA_NO_MEMORY;
+    job_t j = {(int)a->dtype, query, a->q_seq_stride, a->q_head_stride, key_cache, value_cache, a->block_tables,
+               a->table_stride, a->row_offsets, a->context_lens, out, H, a->num_kv_heads, H / a->num_kv_heads, D,
+               a->block_size, a->seq_begin, a->seq_end, (float)a->scale, scratch, 0, 0, 0, 0, 0};
+    j.acc = j.scores + H * WIDTH;
+    j.qf = j.acc + H * D;
+    j.m = j.qf + H * D;
+    j.l = j.m + H;
+    j.ktile = j.l + H;
+    sequence_fn fn = a->force_portable ? 0 : specialized(j.dtype, D);
+    for (int64_t s = a->seq_begin; s < a->seq_end; s++) {
+        if (fn) fn(&j, s);
+        else sequence_portable(&j, s);
+    }
+    free(scratch);
+    return PA_OK;
+}
+
+typedef struct {
+    pa_args_t args;
+    const void *query, *key_cache, *value_cache;
+    void *out;
+    int rc;
+} part_t;
+
+static void *run_part(void *p) {
+    part_t *t = (part_t *)p;
+    t->rc = paged_attention_cpu(&t->args, t->query, t->key_cache, t->value_cache, t->out);
+    return 0;
+}
+
+#define MAX_THREADS 64
+
+/* paged_attention_cpu on num_threads threads (this one and num_threads - 1 started for the call):
+ * the sequences are cut into contiguous ranges of about equal token counts. A thread that cannot
+ * be started leaves its range to this one. Returns the first error of any range, else PA_OK. */
+int paged_attention_cpu_threads(const pa_args_t *a, const void *query, const void *key_cache,
+                                const void *value_cache, void *out, int64_t num_threads) {
+    if (num_threads > MAX_THREADS) num_threads = MAX_THREADS;
+    if (num_threads > a->seq_end - a->seq_begin) num_threads = a->seq_end - a->seq_begin;
+    if (num_threads <= 1) return paged_attention_cpu(a, query, key_cache, value_cache, out);
+    part_t parts[MAX_THREADS];
+    pthread_t threads[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    int64_t total = 0, done = 0, s = a->seq_begin;
+    for (int64_t i = a->seq_begin; i < a->seq_end; i++) total += a->context_lens[i];
+    for (int64_t k = 0; k < num_threads; k++) {
+        parts[k] = (part_t){*a, query, key_cache, value_cache, out, PA_OK};
+        parts[k].args.seq_begin = s;
+        int64_t goal = total * (k + 1) / num_threads;
+        while (s < a->seq_end && (done < goal || s == parts[k].args.seq_begin) && a->seq_end - s > num_threads - 1 - k)
+            done += a->context_lens[s++];
+        if (k == num_threads - 1) s = a->seq_end;
+        parts[k].args.seq_end = s;
+    }
+    for (int64_t k = 1; k < num_threads; k++) started[k] = pthread_create(&threads[k], 0, run_part, &parts[k]) == 0;
+    run_part(&parts[0]);
+    int rc = parts[0].rc;
+    for (int64_t k = 1; k < num_threads; k++) {
+        if (started[k]) pthread_join(threads[k], 0);
+        else run_part(&parts[k]);
+        if (rc == PA_OK) rc = parts[k].rc;
+    }
+    return rc;
+}
