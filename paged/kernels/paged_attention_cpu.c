@@ -40,8 +40,9 @@
  *     transpose-and-add tree (15 steps). exp is a degree-6 polynomial with vscalefps. Since the
  *     block table says where the next blocks are, the keys PREFETCH_BLOCKS blocks ahead (across
  *     into the next sequence) are prefetched into L1 and each block's values into L2 when its
- *     keys are read (without it the largest grid points ran 1.2-1.5x slower; with it every line
- *     costs one prefetch instruction, ~20% of the time when the data is already in cache).
+ *     keys are read, a share of the lines before each KV head's scores (without prefetching the
+ *     largest grid points ran 1.2-1.5x slower; with it every line costs one prefetch
+ *     instruction, ~20% of the time when the data is already in cache).
  *   - portable C for every other head size and CPU: the same chunks and tiles in plain loops
  *     (one horizontal sum per token and head; several times slower).
  *
@@ -520,23 +521,24 @@ AI void online_softmax(const int D, const job_t *j, int64_t h0, int64_t nh, int 
     }
 }
 
-/* Prefetch the cache lines of a block's keys or values (hint 0: into L1, 1: into L2). */
-AI void prefetch_block(const void *cache, int64_t block, int64_t block_bytes, int hint) {
+/* Prefetch bytes [lo, hi) of a block's keys or values (hint 0: into L1, 1: into L2), a line at a time. */
+AI void prefetch_block(const void *cache, int64_t block, int64_t block_bytes, int64_t lo, int64_t hi, int hint) {
     const char *p = (const char *)cache + block * block_bytes;
     if (hint == 0)
-        for (int64_t o = 0; o < block_bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+        for (int64_t o = lo; o < hi; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
     else
-        for (int64_t o = 0; o < block_bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+        for (int64_t o = lo; o < hi; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
 }
 
-/* The keys PREFETCH_BLOCKS logical blocks after `block`, crossing into the next sequence. */
-AI void prefetch_ahead(const job_t *j, int64_t seq, int64_t block, int64_t num_blocks, int64_t block_bytes) {
+/* Bytes [lo, hi) of the keys PREFETCH_BLOCKS logical blocks after `block`, crossing into the next sequence. */
+AI void prefetch_ahead(const job_t *j, int64_t seq, int64_t block, int64_t num_blocks, int64_t block_bytes, int64_t lo,
+                       int64_t hi) {
     int64_t ahead = block + PREFETCH_BLOCKS;
     if (ahead < num_blocks) {
-        prefetch_block(j->key_cache, table_row(j, seq)[ahead], block_bytes, 0);
+        prefetch_block(j->key_cache, table_row(j, seq)[ahead], block_bytes, lo, hi, 0);
     } else if (seq + 1 < j->seq_end) {
         int64_t next = ahead - num_blocks, next_blocks = (j->context_lens[seq + 1] + j->block_size - 1) / j->block_size;
-        if (next < next_blocks) prefetch_block(j->key_cache, table_row(j, seq + 1)[next], block_bytes, 0);
+        if (next < next_blocks) prefetch_block(j->key_cache, table_row(j, seq + 1)[next], block_bytes, lo, hi, 0);
     }
 }
 
@@ -573,7 +575,8 @@ AI void sequence_avx512(const int dtype, const int D, const job_t *j, int64_t se
         j->l[hh] = 0.0f;
     }
     if (seq == j->seq_begin) /* later sequences' first blocks were prefetched by the one before */
-        for (int64_t b = 0; b < PREFETCH_BLOCKS && b < num_blocks; b++) prefetch_block(j->key_cache, table[b], block_bytes, 0);
+        for (int64_t b = 0; b < PREFETCH_BLOCKS && b < num_blocks; b++)
+            prefetch_block(j->key_cache, table[b], block_bytes, 0, block_bytes, 0);
 
     int64_t pos = 0;
     while (pos < len) {
@@ -581,11 +584,14 @@ AI void sequence_avx512(const int dtype, const int D, const job_t *j, int64_t se
         /* 1. scores, tile by tile (a block's keys of every KV head together) */
         for (int i = 0; i < count; i++) {
             const int n = tiles[i].n;
-            if (tiles[i].slot % j->block_size == 0 || i == 0) {
-                prefetch_ahead(j, seq, tiles[i].block, num_blocks, block_bytes);
-                prefetch_block(j->value_cache, table[tiles[i].block], block_bytes, 1);
-            }
+            const int first = tiles[i].slot % j->block_size == 0 || i == 0;
             for (int64_t h = 0; h < kv; h++) {
+                if (first) { /* a share of the block's prefetches per KV head, not all at once */
+                    int64_t lo = (block_bytes * h / kv) & ~(int64_t)63;
+                    int64_t hi = h == kv - 1 ? block_bytes : (block_bytes * (h + 1) / kv) & ~(int64_t)63;
+                    prefetch_ahead(j, seq, tiles[i].block, num_blocks, block_bytes, lo, hi);
+                    prefetch_block(j->value_cache, table[tiles[i].block], block_bytes, lo, hi, 1);
+                }
                 const float *qh = qf + h * G * D;
                 float *sh = j->scores + h * G * WIDTH;
                 const void *k = (const char *)j->key_cache + (tiles[i].slot * row + h * D) * elem;
