@@ -32,12 +32,12 @@ Decode backends: on CUDA, :func:`paged.kernels.attention.paged_attention` runs t
 CPU the runner calls the C kernel :func:`paged.kernels.cpu_kernel.paged_attention_cpu`, which reads
 keys and values through the block tables (a :class:`~paged.kernels.cpu_kernel.CPUDecodePlan` built
 once per step from the Python block tables, shared by all layers), when it built on this machine
-and has an AVX-512 instance for the cache's dtype and head size
-(:meth:`~paged.kernels.cpu_kernel.CPUKernel.fast`; ``PAGED_CPU_KERNEL=0`` turns it off). Otherwise
+and was measured faster than the bucketed path on such a CPU (AVX-512 or AVX2;
+:meth:`~paged.kernels.cpu_kernel.CPUKernel.fast`; ``PAGED_CPU_KERNEL=0`` turns it off). Otherwise
 it calls :func:`paged.kernels.bucketed.paged_attention_bucketed`: the sequences are sorted into
 length buckets once per step (:func:`paged.kernels.bucketed.plan_buckets`), each bucket's blocks
 gathered into a reused workspace and attended by one fused SDPA call. At the shipped model's shape
-the C kernel takes 0.3-0.6x the bucketed path's time per call (``make bench-cpu-attention``); it
+the C kernel takes 0.1-0.6x the bucketed path's time per call (``make bench-cpu-attention``); it
 runs on one thread (a second one did not pay on the 2-core machine this was measured on).
 
 Per-step cost outside the model (what a dense Hugging Face decode step does not pay): the step's
@@ -252,8 +252,9 @@ def _attn_implementation(config, set_name: Callable[[str], None], name: str):
 
 
 def _fast_cpu_kernel(kv_cache: PagedKVCache) -> CPUKernel | None:
-    """The C decode kernel when it built here and runs the cache's dtype and head size on its AVX-512
-    instances (its portable loops are slower than the bucketed torch path), else None."""
+    """The C decode kernel when it built here and was measured faster than the bucketed torch path for
+    the cache's dtype and head size on such a CPU (:meth:`~paged.kernels.cpu_kernel.CPUKernel.fast`),
+    else None."""
     kernel = load_kernel()
     return kernel if kernel is not None and kernel.fast(kv_cache.dtype, kv_cache.head_size) else None
 

@@ -43,8 +43,11 @@
  *     keys are read, a share of the lines before each KV head's scores (without prefetching the
  *     largest grid points ran 1.2-1.5x slower; with it every line costs one prefetch
  *     instruction, ~20% of the time when the data is already in cache).
- *   - portable C for every other head size and CPU: the same chunks and tiles in plain loops
- *     (one horizontal sum per token and head; several times slower).
+ *   - portable C for every other head size and CPU (GCC / clang vector types, which the compiler
+ *     maps to the CPU's SIMD registers): a tile's keys of one KV head are transposed to
+ *     [head_size][16] (8 x 8 blocks in registers), so a head's 16 scores are 16-wide
+ *     multiply-adds over its channels; acc += p v runs 8 channels of up to 4 heads at a time in
+ *     registers; the same prefetching. An AVX2 build takes 1.5-3x the AVX-512 instances' time.
  *
  * paged_attention_cpu_threads splits the sequences into ranges of about equal token counts, one
  * POSIX thread each; a sequence is computed by one thread with the same code, so the output does
@@ -104,7 +107,7 @@ typedef struct {
     float *acc;    /* [num_heads, head_size] */
     float *qf;     /* [num_heads, head_size]: the query as the dot products read it */
     float *m, *l;  /* [num_heads] running maximum and sum */
-    float *ktile;  /* [TILE, head_size]: one tile's keys widened to fp32 (when no native dot) */
+    float *ktile;  /* TILE * head_size floats: a tile of keys widened to fp32 (AVX-512 without a native dot: [TILE][head_size]; portable: [head_size][TILE]) */
 } job_t;
 
 static inline const int32_t *table_row(const job_t *j, int64_t seq) {
@@ -118,13 +121,6 @@ typedef struct {
 } tile_t;
 
 /* ---------------------------------------------------------------- element conversions (portable) */
-
-static inline float bf16_to_f32(uint16_t x) {
-    uint32_t u = (uint32_t)x << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static inline uint16_t f32_to_bf16(float f) {
     uint32_t u;
@@ -173,33 +169,25 @@ static inline uint16_t f32_to_f16(float f) {
     return (uint16_t)(sign | h);
 }
 
-static inline float load_scalar(const void *p, int64_t i, int dtype) {
-    if (dtype == PA_F32) return ((const float *)p)[i];
-    if (dtype == PA_BF16) return bf16_to_f32(((const uint16_t *)p)[i]);
-    return f16_to_f32(((const uint16_t *)p)[i]);
-}
-
-static inline void store_scalar(void *p, int64_t i, float x, int dtype) {
-    if (dtype == PA_F32) ((float *)p)[i] = x;
-    else if (dtype == PA_BF16) ((uint16_t *)p)[i] = f32_to_bf16(x);
-    else ((uint16_t *)p)[i] = f32_to_f16(x);
-}
-
 /* exp(x) for x <= 0 (a score minus its maximum): a degree-6 polynomial on r = x - n ln 2, times
- * 2^n. Relative error about 2e-7; exactly 0 below -103 and for -inf; NaN stays NaN. */
+ * 2^n built in the exponent bits. Relative error about 2e-7; 0 below -87 (where exp is under
+ * FLT_MIN) and for -inf; NaN stays NaN. Branch-free, so loops over it vectorize. */
 static inline float exp_neg(float x) {
-    if (x < -103.0f) return 0.0f;
-    float n = nearbyintf(x * 1.44269504088896341f);
-    float r = fmaf(n, -0.693145751953125f, x);
-    r = fmaf(n, -1.428606765330187e-06f, r);
+    float xc = x < -87.0f ? -87.0f : x; /* a NaN stays (the comparison is false) */
+    float n = floorf(xc * 1.44269504088896341f + 0.5f);
+    float r = xc - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187e-06f;
     float p = 1.3981999507e-3f;
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
-    return ldexpf(p, (int)n);
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return x < -87.0f ? 0.0f : p * scale;
 }
 
 /* ------------------------------------------------------------------------------ tiles and chunks */
@@ -223,75 +211,256 @@ static int next_chunk(const int32_t *table, int64_t block_size, int64_t len, int
     return count;
 }
 
-/* Scale each head's accumulator and sum by exp(old max - new max) for the chunk's scores of
- * heads [h0, h0 + nh), then turn the scores into p = exp(score - max) (portable part of step 2). */
-static void online_softmax_portable(const job_t *j, int64_t h0, int64_t nh, const tile_t *tiles, int count) {
-    const int64_t D = j->head_size;
-    for (int64_t hh = h0; hh < h0 + nh; hh++) {
-        float *s = j->scores + hh * WIDTH;
-        float best = j->m[hh];
-        for (int i = 0; i < count; i++)
-            for (int t = 0; t < tiles[i].n; t++) best = s[i * TILE + t] > best ? s[i * TILE + t] : best;
-        float alpha = j->m[hh] == -INFINITY ? 0.0f : exp_neg(j->m[hh] - best), sum = 0.0f;
-        j->m[hh] = best;
-        for (int i = 0; i < count; i++)
-            for (int t = 0; t < tiles[i].n; t++) {
-                float p = exp_neg(s[i * TILE + t] - best);
-                s[i * TILE + t] = p;
-                sum += p;
+/* ------------------------------------------------------------------------------ portable kernel */
+
+/* The same steps in plain C loops that a compiler vectorizes (-O3): a tile's keys of one KV head
+ * are widened to fp32 and transposed to [head_size][16], so a head's 16 scores are 16-wide
+ * multiply-adds over the channels; exp, the online softmax and acc += p v are loops over 16
+ * lanes or over the channels. Any head size and group. */
+#if defined(__FLT16_MAX__)
+typedef _Float16 half_t; /* the compiler's half type: hardware conversions where the CPU has them */
+#define HALF_TO_F32(p, i) ((float)((const half_t *)(p))[i])
+#define F32_TO_HALF(p, i, x) (((half_t *)(p))[i] = (half_t)(x))
+#else
+#define HALF_TO_F32(p, i) f16_to_f32(((const uint16_t *)(p))[i])
+#define F32_TO_HALF(p, i, x) (((uint16_t *)(p))[i] = f32_to_f16(x))
+#endif
+
+#define PI static inline __attribute__((always_inline))
+
+PI float load_el(const void *p, int64_t i, const int dtype) {
+    if (dtype == PA_F32) return ((const float *)p)[i];
+    if (dtype == PA_BF16) {
+        uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    return HALF_TO_F32(p, i);
+}
+
+PI void store_el(void *p, int64_t i, float x, const int dtype) {
+    if (dtype == PA_F32) ((float *)p)[i] = x;
+    else if (dtype == PA_BF16) ((uint16_t *)p)[i] = f32_to_bf16(x);
+    else F32_TO_HALF(p, i, x);
+}
+
+/* 8 fp32 lanes as a GCC / clang vector (the compiler maps it to the CPU's SIMD registers: one
+ * AVX2 register, two NEON ones); a tile's 16 lanes (one per token) are two of them. The flags
+ * this file is built with (-O3 -march=native -fPIC -shared) are GCC's and clang's. */
+typedef float half_lanes_t __attribute__((vector_size(32)));
+typedef uint16_t u16x8_t __attribute__((vector_size(16)));
+typedef uint32_t u32x8_t __attribute__((vector_size(32)));
+typedef struct {
+    half_lanes_t lo, hi;
+} lanes_t;
+
+PI lanes_t lanes_zero(void) {
+    lanes_t s = {{0}, {0}};
+    return s;
+}
+
+PI lanes_t lanes_madd(lanes_t s, float q, const float *k) {
+    half_lanes_t lo, hi;
+    memcpy(&lo, k, sizeof lo);
+    memcpy(&hi, k + 8, sizeof hi);
+    s.lo += q * lo;
+    s.hi += q * hi;
+    return s;
+}
+
+PI void lanes_store(float *out, lanes_t s) {
+    memcpy(out, &s.lo, sizeof s.lo);
+    memcpy(out + 8, &s.hi, sizeof s.hi);
+}
+
+/* 8 elements at element index i of p, as fp32 lanes. */
+PI half_lanes_t load8(const void *p, int64_t i, const int dtype) {
+    half_lanes_t v;
+    if (dtype == PA_F32) {
+        memcpy(&v, (const float *)p + i, sizeof v);
+    } else if (dtype == PA_BF16) {
+        u16x8_t h;
+        memcpy(&h, (const uint16_t *)p + i, sizeof h);
+        u32x8_t u = __builtin_convertvector(h, u32x8_t) << 16;
+        memcpy(&v, &u, sizeof v);
+    } else {
+        for (int c = 0; c < 8; c++) v[c] = load_el(p, i + c, dtype);
+    }
+    return v;
+}
+
+/* kt[d * TILE + t] = key channel d of token t (rows `row` elements apart from element `base`),
+ * widened to fp32; tokens t >= n are 0. With GCC >= 12 or clang, 8 x 8 blocks are transposed in
+ * vector registers (24 shuffles each); otherwise, and for channels past a multiple of 8, one
+ * element at a time. */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define HAVE_SHUFFLEVECTOR 1
+#else
+#define HAVE_SHUFFLEVECTOR 0
+#endif
+
+PI void transpose_tile(float *kt, const void *cache, int64_t base, int64_t row, int n, int64_t D, const int dtype) {
+    int64_t d0 = 0;
+#if HAVE_SHUFFLEVECTOR
+    for (; d0 + 8 <= D; d0 += 8)
+        for (int t0 = 0; t0 < TILE; t0 += 8) {
+            half_lanes_t r[8], w[8], u[8];
+            for (int k = 0; k < 8; k++) r[k] = t0 + k < n ? load8(cache, base + (t0 + k) * row + d0, dtype) : (half_lanes_t){0};
+            for (int k = 0; k < 8; k += 2) {
+                w[k] = __builtin_shufflevector(r[k], r[k + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+                w[k + 1] = __builtin_shufflevector(r[k], r[k + 1], 2, 10, 3, 11, 6, 14, 7, 15);
             }
-        j->l[hh] = j->l[hh] * alpha + sum;
-        for (int64_t d = 0; d < D; d++) j->acc[hh * D + d] *= alpha;
+            for (int k = 0; k < 8; k += 4) {
+                u[k] = __builtin_shufflevector(w[k], w[k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+                u[k + 1] = __builtin_shufflevector(w[k], w[k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+                u[k + 2] = __builtin_shufflevector(w[k + 1], w[k + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+                u[k + 3] = __builtin_shufflevector(w[k + 1], w[k + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+            }
+            for (int k = 0; k < 4; k++) {
+                half_lanes_t lo = __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+                half_lanes_t hi = __builtin_shufflevector(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+                memcpy(kt + (d0 + k) * TILE + t0, &lo, sizeof lo);
+                memcpy(kt + (d0 + k + 4) * TILE + t0, &hi, sizeof hi);
+            }
+        }
+#endif
+    for (int t = 0; t < TILE; t++)
+        for (int64_t d = d0; d < D; d++) kt[d * TILE + t] = t < n ? load_el(cache, base + t * row + d, dtype) : 0.0f;
+}
+
+/* Prefetch bytes [lo, hi) of a block's keys or values (hint 0: into L1, 1: into L2), a line at a time. */
+PI void prefetch_block(const void *cache, int64_t block, int64_t block_bytes, int64_t lo, int64_t hi, int hint) {
+    const char *p = (const char *)cache + block * block_bytes;
+    if (hint == 0)
+        for (int64_t o = lo; o < hi; o += 64) __builtin_prefetch(p + o, 0, 3);
+    else
+        for (int64_t o = lo; o < hi; o += 64) __builtin_prefetch(p + o, 0, 2);
+}
+
+/* Bytes [lo, hi) of the keys PREFETCH_BLOCKS logical blocks after `block`, crossing into the next sequence. */
+PI void prefetch_ahead(const job_t *j, int64_t seq, int64_t block, int64_t num_blocks, int64_t block_bytes, int64_t lo,
+                       int64_t hi) {
+    int64_t ahead = block + PREFETCH_BLOCKS;
+    if (ahead < num_blocks) {
+        prefetch_block(j->key_cache, table_row(j, seq)[ahead], block_bytes, lo, hi, 0);
+    } else if (seq + 1 < j->seq_end) {
+        int64_t next = ahead - num_blocks, next_blocks = (j->context_lens[seq + 1] + j->block_size - 1) / j->block_size;
+        if (next < next_blocks) prefetch_block(j->key_cache, table_row(j, seq + 1)[next], block_bytes, lo, hi, 0);
     }
 }
 
-/* ------------------------------------------------------------------------------ portable kernel */
+/* Step 2 for heads [h0, h0 + nh): each head's maximum over the chunk's tiles (lanes past a tile's
+ * tokens hold -inf); if it grew, the head's accumulator and sum are scaled by exp(old - new);
+ * then p = exp(score - max) in place. */
+static void online_softmax_portable(const job_t *j, int64_t h0, int64_t nh, int count) {
+    const int64_t D = j->head_size;
+    for (int64_t hh = h0; hh < h0 + nh; hh++) {
+        float *s = j->scores + hh * WIDTH;
+        float lane_max[TILE], lane_sum[TILE] = {0}; /* per lane, so the loops vectorize without reassociating */
+        for (int t = 0; t < TILE; t++) lane_max[t] = j->m[hh];
+        for (int i = 0; i < count; i++)
+            for (int t = 0; t < TILE; t++) lane_max[t] = s[i * TILE + t] > lane_max[t] ? s[i * TILE + t] : lane_max[t];
+        float best = lane_max[0], sum = 0.0f;
+        for (int t = 1; t < TILE; t++) best = lane_max[t] > best ? lane_max[t] : best;
+        float alpha = j->m[hh] == -INFINITY ? 0.0f : exp_neg(j->m[hh] - best);
+        j->m[hh] = best;
+        for (int i = 0; i < count; i++)
+            for (int t = 0; t < TILE; t++) {
+                float p = exp_neg(s[i * TILE + t] - best);
+                s[i * TILE + t] = p;
+                lane_sum[t] += p;
+            }
+        for (int t = 0; t < TILE; t++) sum += lane_sum[t];
+        j->l[hh] = j->l[hh] * alpha + sum;
+        float *a = j->acc + hh * D;
+        for (int64_t d = 0; d < D; d++) a[d] *= alpha;
+    }
+}
 
-static void sequence_portable(const job_t *j, int64_t seq) {
-    const int dtype = j->dtype;
-    const int64_t group = j->group, D = j->head_size, kv = j->num_kv_heads, row = kv * D;
+PI void sequence_portable_as(const int dtype, const job_t *j, int64_t seq) {
+    const int64_t G = j->group, D = j->head_size, kv = j->num_kv_heads, row = kv * D;
+    const int64_t block_bytes = j->block_size * row * (dtype == PA_F32 ? 4 : 2);
     const int32_t *table = table_row(j, seq);
-    const int64_t len = j->context_lens[seq];
-    float *qf = j->qf, *acc = j->acc, *scores = j->scores;
+    const int64_t len = j->context_lens[seq], num_blocks = (len + j->block_size - 1) / j->block_size;
+    float *qf = j->qf, *acc = j->acc, *kt = j->ktile; /* kt: [D][TILE] */
     tile_t tiles[CHUNK_TILES];
     for (int64_t hh = 0; hh < j->num_heads; hh++) {
+        const int64_t qoff = seq * j->q_seq_stride + hh * j->q_head_stride;
         for (int64_t d = 0; d < D; d++) {
-            qf[hh * D + d] = load_scalar(j->query, seq * j->q_seq_stride + hh * j->q_head_stride + d, dtype) * j->scale;
+            qf[hh * D + d] = load_el(j->query, qoff + d, dtype) * j->scale;
             acc[hh * D + d] = 0.0f;
         }
         j->m[hh] = -INFINITY;
         j->l[hh] = 0.0f;
     }
+    if (seq == j->seq_begin) /* later sequences' first blocks were prefetched by the one before */
+        for (int64_t b = 0; b < PREFETCH_BLOCKS && b < num_blocks; b++)
+            prefetch_block(j->key_cache, table[b], block_bytes, 0, block_bytes, 0);
     int64_t pos = 0;
     while (pos < len) {
         int count = next_chunk(table, j->block_size, len, &pos, tiles);
-        for (int64_t h = 0; h < kv; h++) {
-            for (int i = 0; i < count; i++) /* 1. scores */
-                for (int t = 0; t < tiles[i].n; t++) {
-                    int64_t base = (tiles[i].slot + t) * row + h * D;
-                    for (int64_t g = 0; g < group; g++) {
-                        const float *q = qf + (h * group + g) * D;
-                        float s = 0.0f;
-                        for (int64_t d = 0; d < D; d++) s += q[d] * load_scalar(j->key_cache, base + d, dtype);
-                        scores[(h * group + g) * WIDTH + i * TILE + t] = s;
-                    }
+        for (int i = 0; i < count; i++) { /* 1. scores */
+            const int n = tiles[i].n;
+            const int first = tiles[i].slot % j->block_size == 0 || i == 0;
+            for (int64_t h = 0; h < kv; h++) {
+                if (first) {
+                    int64_t lo = (block_bytes * h / kv) & ~(int64_t)63;
+                    int64_t hi = h == kv - 1 ? block_bytes : (block_bytes * (h + 1) / kv) & ~(int64_t)63;
+                    prefetch_ahead(j, seq, tiles[i].block, num_blocks, block_bytes, lo, hi);
+                    prefetch_block(j->value_cache, table[tiles[i].block], block_bytes, lo, hi, 1);
                 }
-            online_softmax_portable(j, h * group, group, tiles, count); /* 2. */
-            for (int i = 0; i < count; i++) /* 3. acc += p v */
-                for (int t = 0; t < tiles[i].n; t++) {
-                    int64_t base = (tiles[i].slot + t) * row + h * D;
-                    for (int64_t g = 0; g < group; g++) {
-                        int64_t hh = h * group + g;
-                        float p = scores[hh * WIDTH + i * TILE + t], *a = acc + hh * D;
-                        for (int64_t d = 0; d < D; d++) a[d] += p * load_scalar(j->value_cache, base + d, dtype);
-                    }
+                const int64_t base = tiles[i].slot * row + h * D;
+                transpose_tile(kt, j->key_cache, base, row, n, D, dtype);
+                for (int64_t g = 0; g < G; g++) {
+                    const float *q = qf + (h * G + g) * D;
+                    lanes_t s = lanes_zero();
+                    for (int64_t d = 0; d < D; d++) s = lanes_madd(s, q[d], kt + d * TILE);
+                    float *out = j->scores + (h * G + g) * WIDTH + i * TILE;
+                    lanes_store(out, s);
+                    for (int t = n; t < TILE; t++) out[t] = -INFINITY;
                 }
+            }
         }
+        online_softmax_portable(j, 0, j->num_heads, count); /* 2. */
+        for (int64_t h = 0; h < kv; h++) /* 3. acc += p v: per 8 channels, up to 4 heads of the group at once */
+            for (int64_t d0 = 0; d0 < D; d0 += 8)
+                for (int64_t g0 = 0; g0 < G; g0 += 4) {
+                    const int ng = G - g0 < 4 ? (int)(G - g0) : 4;
+                    const int64_t hh0 = h * G + g0;
+                    if (D - d0 < 8) { /* the last channels of a head size that is not a multiple of 8 */
+                        for (int k = 0; k < ng; k++)
+                            for (int i = 0; i < count; i++)
+                                for (int t = 0; t < tiles[i].n; t++)
+                                    for (int64_t d = d0; d < D; d++)
+                                        acc[(hh0 + k) * D + d] += j->scores[(hh0 + k) * WIDTH + i * TILE + t]
+                                                                  * load_el(j->value_cache, (tiles[i].slot + t) * row + h * D + d, dtype);
+                        continue;
+                    }
+                    half_lanes_t a[4] = {{0}, {0}, {0}, {0}};
+                    for (int k = 0; k < ng; k++) memcpy(&a[k], acc + (hh0 + k) * D + d0, sizeof a[k]);
+                    for (int i = 0; i < count; i++) {
+                        const float *p = j->scores + hh0 * WIDTH + i * TILE;
+                        int64_t base = tiles[i].slot * row + h * D + d0;
+                        for (int t = 0; t < tiles[i].n; t++, base += row) {
+                            const half_lanes_t v = load8(j->value_cache, base, dtype);
+                            for (int k = 0; k < 4; k++)
+                                if (k < ng) a[k] += p[k * WIDTH + t] * v;
+                        }
+                    }
+                    for (int k = 0; k < ng; k++) memcpy(acc + (hh0 + k) * D + d0, &a[k], sizeof a[k]);
+                }
     }
     for (int64_t hh = 0; hh < j->num_heads; hh++) {
         float inv = 1.0f / j->l[hh];
-        for (int64_t d = 0; d < D; d++) store_scalar(j->out, (seq * j->num_heads + hh) * D + d, acc[hh * D + d] * inv, dtype);
+        for (int64_t d = 0; d < D; d++) store_el(j->out, (seq * j->num_heads + hh) * D + d, acc[hh * D + d] * inv, dtype);
     }
+}
+
+static void sequence_portable(const job_t *j, int64_t seq) {
+    if (j->dtype == PA_F32) sequence_portable_as(PA_F32, j, seq);
+    else if (j->dtype == PA_BF16) sequence_portable_as(PA_BF16, j, seq);
+    else sequence_portable_as(PA_F16, j, seq);
 }
 
 /* ---------------------------------------------------------------------------------- AVX-512 kernel */
@@ -521,27 +690,6 @@ AI void online_softmax(const int D, const job_t *j, int64_t h0, int64_t nh, int 
     }
 }
 
-/* Prefetch bytes [lo, hi) of a block's keys or values (hint 0: into L1, 1: into L2), a line at a time. */
-AI void prefetch_block(const void *cache, int64_t block, int64_t block_bytes, int64_t lo, int64_t hi, int hint) {
-    const char *p = (const char *)cache + block * block_bytes;
-    if (hint == 0)
-        for (int64_t o = lo; o < hi; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-    else
-        for (int64_t o = lo; o < hi; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
-}
-
-/* Bytes [lo, hi) of the keys PREFETCH_BLOCKS logical blocks after `block`, crossing into the next sequence. */
-AI void prefetch_ahead(const job_t *j, int64_t seq, int64_t block, int64_t num_blocks, int64_t block_bytes, int64_t lo,
-                       int64_t hi) {
-    int64_t ahead = block + PREFETCH_BLOCKS;
-    if (ahead < num_blocks) {
-        prefetch_block(j->key_cache, table_row(j, seq)[ahead], block_bytes, lo, hi, 0);
-    } else if (seq + 1 < j->seq_end) {
-        int64_t next = ahead - num_blocks, next_blocks = (j->context_lens[seq + 1] + j->block_size - 1) / j->block_size;
-        if (next < next_blocks) prefetch_block(j->key_cache, table_row(j, seq + 1)[next], block_bytes, lo, hi, 0);
-    }
-}
-
 /* One sequence with head size D and element type dtype known at compile time. */
 AI void sequence_avx512(const int dtype, const int D, const job_t *j, int64_t seq) {
     const int kt = (dtype == PA_BF16 && HAVE_DP && D % 32 == 0) ? KT_DP : KT_F32;
@@ -566,7 +714,7 @@ AI void sequence_avx512(const int dtype, const int D, const job_t *j, int64_t se
             for (int c = 0; c < D / 2; c++) d32[in_quad ? (c / 4) * 16 + (g % 4) * 4 + c % 4 : c] = src[c];
         } else {
             for (int c = 0; c < D; c++) {
-                float x = load_scalar(j->query, qoff + c, dtype) * j->scale;
+                float x = load_el(j->query, qoff + c, dtype) * j->scale;
                 dst[in_quad ? (c / 4) * 16 + (g % 4) * 4 + c % 4 : c] = x;
             }
         }
@@ -657,9 +805,15 @@ static sequence_fn specialized(int dtype, int64_t head_size) {
 
 /* ------------------------------------------------------------------------------------ entry points */
 
-/* 1 when this build runs the shape on the AVX-512 kernel, 0 when on the portable loops. */
-int paged_attention_cpu_specialized(int64_t dtype, int64_t head_size) {
-    return dtype >= 0 && dtype <= 2 && specialized((int)dtype, head_size) != 0;
+/* Which code computes the shape in this build: 2 an AVX-512 instance, 1 the portable loops built for
+ * AVX2 and FMA (x86-64-v3), 0 the portable loops for another CPU. */
+int paged_attention_cpu_path(int64_t dtype, int64_t head_size) {
+    if (dtype >= 0 && dtype <= 2 && specialized((int)dtype, head_size) != 0) return 2;
+#if defined(__AVX2__) && defined(__FMA__)
+    return 1;
+#else
+    return 0;
+#endif
 }
 
 /* Decode attention of sequences [a->seq_begin, a->seq_end) (layouts at the top of the file).

@@ -61,12 +61,14 @@ def test_kernel_matches_reference(kernel, block_size, head_size, num_heads, num_
 
 
 @needs_compiler
-def test_avx512_instances_cover_the_shipped_shapes(kernel):
-    avx512 = "avx512f" in cpu_kernel.cpu_identity().split()
+def test_paths_of_this_build(kernel):
+    flags = cpu_kernel.cpu_identity().split()
+    other = "avx2" if "avx2" in flags and "fma" in flags else "portable"
     for dtype in (FP32, BF16, FP16):
-        assert kernel.fast(dtype, 32) == avx512 and kernel.fast(dtype, 128) == avx512
-        assert not kernel.fast(dtype, 40)
-    assert not kernel.fast(torch.float64, 32)
+        for head_size in cpu_kernel.SPECIALIZED_HEAD_SIZES:
+            assert kernel.code(dtype, head_size) == ("avx512" if "avx512f" in flags else other)
+        assert kernel.code(dtype, 40) == other
+    assert kernel.code(torch.float64, 32) == "none" and not kernel.fast(torch.float64, 32)
 
 
 @needs_compiler
