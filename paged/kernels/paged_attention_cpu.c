@@ -722,25 +722,35 @@ AI void sequence_avx512(const int dtype, const int D, const job_t *j, int64_t se
     tile_t tiles[CHUNK_TILES];
 
     /* The query as the dot products read it: per quad D / 4 vectors with lane (g, j) = channel
-     * 4b + j of head g (fp32, scaled) or D / 8 vectors of bf16 pairs 8b + 2j, 8b + 2j + 1; per
-     * single head its channels (scaled fp32, or bf16 as they are). */
-    for (int64_t hh = 0; hh < j->num_heads; hh++) {
-        const int64_t g = hh % G, qoff = seq * j->q_seq_stride + hh * j->q_head_stride;
-        const int in_quad = g < quads * 4;
-        float *dst = qf + (hh - g) * D + (in_quad ? (g / 4) * 4 * D : g * D);
-        if (kt == KT_DP) {
-            const uint32_t *src = (const uint32_t *)((const uint16_t *)j->query + qoff);
-            uint32_t *d32 = (uint32_t *)dst;
-            for (int c = 0; c < D / 2; c++) d32[in_quad ? (c / 4) * 16 + (g % 4) * 4 + c % 4 : c] = src[c];
-        } else {
-            for (int c = 0; c < D; c++) {
-                float x = load_el(j->query, qoff + c, dtype) * j->scale;
-                dst[in_quad ? (c / 4) * 16 + (g % 4) * 4 + c % 4 : c] = x;
+     * 4b + j of head g (fp32, scaled) or D / 8 vectors of bf16 pairs 8b + 2j, 8b + 2j + 1 (128-bit
+     * pieces of the 4 heads' rows, put side by side); per single head its channels (scaled fp32,
+     * or bf16 as they are). */
+    float *rows = j->ktile; /* 4 rows of D floats (or D / 2 bf16 pairs) */
+    for (int64_t h = 0; h < kv; h++) {
+        for (int64_t g = 0; g < G; g++) {
+            const int64_t hh = h * G + g, qoff = seq * j->q_seq_stride + hh * j->q_head_stride;
+            const int in_quad = g < quads * 4;
+            float *row_out = in_quad ? rows + (g % 4) * D : qf + hh * D;
+            if (kt == KT_DP)
+                for (int v = 0; v < D / 32; v++)
+                    _mm512_storeu_si512(row_out + 16 * v, _mm512_loadu_si512((const uint16_t *)j->query + qoff + 32 * v));
+            else
+                for (int v = 0; v < D / 16; v++)
+                    _mm512_storeu_ps(row_out + 16 * v, _mm512_mul_ps(load16(j->query, qoff + 16 * v, dtype), _mm512_set1_ps(j->scale)));
+            if (in_quad && g % 4 == 3) {
+                float *dst = qf + (hh - 3) * D;
+                for (int b = 0; b < (kt == KT_DP ? D / 8 : D / 4); b++) {
+                    __m512 x = _mm512_castps128_ps512(_mm_loadu_ps(rows + 4 * b));
+                    x = _mm512_insertf32x4(x, _mm_loadu_ps(rows + D + 4 * b), 1);
+                    x = _mm512_insertf32x4(x, _mm_loadu_ps(rows + 2 * D + 4 * b), 2);
+                    x = _mm512_insertf32x4(x, _mm_loadu_ps(rows + 3 * D + 4 * b), 3);
+                    _mm512_storeu_ps(dst + 16 * b, x);
+                }
             }
+            for (int v = 0; v < D / 16; v++) _mm512_storeu_ps(j->acc + hh * D + 16 * v, _mm512_setzero_ps());
+            j->m[hh] = -INFINITY;
+            j->l[hh] = 0.0f;
         }
-        for (int v = 0; v < D / 16; v++) _mm512_storeu_ps(j->acc + hh * D + 16 * v, _mm512_setzero_ps());
-        j->m[hh] = -INFINITY;
-        j->l[hh] = 0.0f;
     }
     if (seq == j->seq_begin) /* later sequences' first blocks were prefetched by the one before */
         for (int64_t b = 0; b < j->prefetch_blocks && b < num_blocks; b++)
