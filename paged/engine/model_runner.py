@@ -333,7 +333,7 @@ class ModelRunner:
             if self.cpu_kernel is not None:  # the plan copies the Python block tables' used entries once
                 meta = StepMetadata(cache, False, slots, max_context_len=max(context_lens), use_reference=True,
                                     cpu_plan=plan_cpu_decode(self.cpu_kernel, block_tables, context_lens,
-                                                             cache.block_size, num_threads=1))
+                                                             cache.block_size))
             elif self.use_reference:  # the plan reads the Python block tables; no padded table tensor
                 meta = StepMetadata(cache, False, slots, max_context_len=max(context_lens), use_reference=True,
                                     buckets=plan_buckets(block_tables, context_lens, cache.block_size, device=dev),

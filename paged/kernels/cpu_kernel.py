@@ -20,10 +20,11 @@ does the same. The engine then keeps the bucketed torch path.
 
 Calling: a :class:`CPUDecodePlan` (:func:`plan_cpu_decode`, once per decode step, shared by every
 layer) holds the block table, the context lengths and the C argument block; each layer's call
-passes five pointers through ctypes (which releases the GIL) and costs ~1.5 µs in Python. With
+passes five pointers through ctypes (which releases the GIL) and costs ~2.5 µs in Python. With
 ``num_threads`` > 1 the C side splits the sequences into that many ranges of about equal token
 counts, one POSIX thread each (the calling one included), when the call reads at least
-:data:`MIN_PARALLEL_BYTES` of keys and values.
+:data:`MIN_PARALLEL_BYTES` of keys and values; the engine uses one thread (a second did not pay on
+the machine this was measured on, see :func:`plan_cpu_decode`).
 
 What the two code paths of the C file cover: with AVX-512 (``__AVX512F__``) head sizes
 :data:`SPECIALIZED_HEAD_SIZES` in fp32, bf16 and fp16 with any GQA group; every other shape, and
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import logging
 import os
 import platform
@@ -55,6 +57,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from paged.atomic import atomic_path
@@ -294,7 +297,7 @@ class CPUDecodePlan:
 
 def plan_cpu_decode(kernel: CPUKernel, block_tables: torch.Tensor | Sequence[Sequence[int]],
                     context_lens: torch.Tensor | Sequence[int], block_size: int,
-                    num_threads: int | None = None) -> CPUDecodePlan:
+                    num_threads: int = 1) -> CPUDecodePlan:
     """The C kernel's view of a decode step (§4.1): block tables and context lengths, once per step.
 
     Args:
@@ -306,11 +309,14 @@ def plan_cpu_decode(kernel: CPUKernel, block_tables: torch.Tensor | Sequence[Seq
         context_lens: ``[num_seqs]`` int32 CPU tensor, or a list of ints (tokens, each ≥ 1 and at most
             the row's blocks × ``block_size``).
         block_size: tokens per block.
-        num_threads: threads a large call may use (default ``torch.get_num_threads()``).
+        num_threads: threads a large call may use (≥ 1). One by default: on this project's 2-core
+            machine, shared with another process, two threads took 0.95-1.44x the time of one
+            (wall time, 8-128 sequences of 512-2,048 tokens).
 
     Returns:
         :class:`CPUDecodePlan`. Cost: O(num_seqs) for tensors; for lists, one pass over the used
-        block ids in Python (~30 µs for 64 sequences of 32 blocks here).
+        block ids (~17 ns each here: 0.3 ms for 128 sequences of 128 blocks), about half the
+        bucketed path's :func:`~paged.kernels.bucketed.plan_buckets`.
 
     Raises:
         TypeError: a tensor that is not int32, contiguous and on the CPU.
@@ -322,13 +328,13 @@ def plan_cpu_decode(kernel: CPUKernel, block_tables: torch.Tensor | Sequence[Seq
         args.block_tables, args.table_stride = block_tables.data_ptr(), block_tables.stride(0)
         tables_keep = block_tables
     else:
-        flat, offsets = array("i"), array("q")
-        for row, n in zip(block_tables, context_lens):
-            offsets.append(len(flat))
-            flat.extend(row[:-(-int(n) // block_size)])
-        if not flat:
-            flat.append(0)
-        args.block_tables, args.row_offsets = flat.buffer_info()[0], offsets.buffer_info()[0] if offsets else None
+        used = [row[:-(-int(n) // block_size)] for row, n in zip(block_tables, context_lens)]
+        flat = np.fromiter(itertools.chain.from_iterable(used), dtype=np.int32)
+        offsets = np.zeros(len(used), dtype=np.int64)
+        np.cumsum([len(row) for row in used[:-1]], out=offsets[1:])
+        if not flat.size:
+            flat = np.zeros(1, dtype=np.int32)
+        args.block_tables, args.row_offsets = flat.ctypes.data, offsets.ctypes.data if used else None
         tables_keep = (flat, offsets)
     if isinstance(context_lens, torch.Tensor):
         if context_lens.dtype != torch.int32 or context_lens.device.type != "cpu" or not context_lens.is_contiguous():
@@ -341,8 +347,8 @@ def plan_cpu_decode(kernel: CPUKernel, block_tables: torch.Tensor | Sequence[Seq
     args.context_lens = lens_keep.data_ptr() if isinstance(lens_keep, torch.Tensor) else (
         lens_keep.buffer_info()[0] if num_seqs else None)
     args.block_size, args.seq_begin, args.seq_end = block_size, 0, num_seqs
-    threads = torch.get_num_threads() if num_threads is None else num_threads
-    return CPUDecodePlan(kernel, num_seqs, total, max(1, threads), args, ctypes.addressof(args), (tables_keep, lens_keep))
+    return CPUDecodePlan(kernel, num_seqs, total, max(1, num_threads), args, ctypes.addressof(args),
+                         (tables_keep, lens_keep))
 
 
 def paged_attention_cpu(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
