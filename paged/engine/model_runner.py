@@ -37,7 +37,7 @@ and was measured faster than the bucketed path on such a CPU (AVX-512 or AVX2;
 it calls :func:`paged.kernels.bucketed.paged_attention_bucketed`: the sequences are sorted into
 length buckets once per step (:func:`paged.kernels.bucketed.plan_buckets`), each bucket's blocks
 gathered into a reused workspace and attended by one fused SDPA call. At the shipped model's shape
-the C kernel takes 0.1-0.6x the bucketed path's time per call (``make bench-cpu-attention``); it
+the C kernel takes 0.1-0.5x the bucketed path's time per call (``make bench-cpu-attention``); it
 runs on one thread (a second one did not pay on the 2-core machine this was measured on).
 
 Per-step cost outside the model (what a dense Hugging Face decode step does not pay): the step's
