@@ -109,7 +109,7 @@ bench-workloads: $(STAMP) ## Loading a ShareGPT JSON: first (tokenize) vs cached
 bench-engine-step: $(STAMP) ## The engine's decode and prefill step vs a dense HF forward (CPU time, interleaved rounds)
 	$(PY) -m paged.bench.engine_step
 
-bench-cpu-attention: $(STAMP) ## The engine's CPU decode attention vs contiguous SDPA: batch 1-128 × context to 2,048 × uniform/mixed × fp32/bf16
+bench-cpu-attention: $(STAMP) ## CPU decode attention (C kernel, bucketed torch path) vs contiguous SDPA: batch 1-128 × context to 2,048 × uniform/mixed × fp32/bf16
 	$(PY) -m paged.bench.cpu_attention
 
 bench-engine: $(STAMP) ## Real-model engine throughput ratios, then where its time goes

@@ -90,6 +90,10 @@ def test_wheel_finds_its_data_without_a_checkout(installed):
     assert where[0].startswith(site) and not where[0].startswith(str(ROOT))
     assert int(where[1]) > 1000 and where[2].startswith(site) and where[3].startswith(site)
     assert (Path(where[2]) / "config.json").is_file()  # the tiny model itself, not only its folder
+    source = subprocess.run([python, "-c", "from importlib import resources; "
+                             "print(resources.files('paged.kernels') / 'paged_attention_cpu.c')"],
+                            cwd=work, env=env, check=True, capture_output=True, text=True).stdout.strip()
+    assert source.startswith(site) and Path(source).is_file()  # the CPU kernel's C source, compiled on first use
     engine = subprocess.run([python, "-c", "from papermill.engines import papermill_engines as e; "
                              "print(e.get_engine('paged').__module__)"],
                             cwd=work, env=env, check=True, capture_output=True, text=True).stdout.strip()

@@ -11,12 +11,15 @@
   optional timing of the table's neighbours on a real GPU;
 * :mod:`~paged.kernels.reference`: torch references: the fp32 oracle, the block-table gather, and
   the contiguous-cache baseline of Fig. 18a;
-* :mod:`~paged.kernels.packed`: the engine's padding-free CPU decode path;
-* :mod:`~paged.kernels.bucketed`: a CPU decode path by length buckets (gathered blocks, one SDPA
-  call per bucket).
+* :mod:`~paged.kernels.packed`: a padding-free CPU decode path;
+* :mod:`~paged.kernels.cpu_kernel`: the engine's CPU decode kernel, C (``paged_attention_cpu.c``,
+  package data) compiled on first use and called through ctypes; it reads keys and values through
+  the block tables without a gather;
+* :mod:`~paged.kernels.bucketed`: the CPU decode path by length buckets (gathered blocks, one SDPA
+  call per bucket), the engine's when the C kernel is not available.
 
 The kernels know nothing of blocks allocators or schedulers: they read a cache through block
-tables, so they import only torch (and triton).
+tables, so they import only torch (and triton, and the standard library's ctypes).
 """
 
 from __future__ import annotations

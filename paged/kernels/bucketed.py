@@ -1,4 +1,8 @@
-"""Decode attention by length buckets: gathered blocks and one SDPA call per bucket, the engine's CPU path (§4.1).
+"""Decode attention by length buckets: gathered blocks and one SDPA call per bucket, a CPU decode path (§4.1).
+
+The engine runs it on a CPU where the C kernel (:mod:`paged.kernels.cpu_kernel`, which reads the
+blocks in place) did not build or has no AVX-512 instance for the shape, or when
+``PAGED_CPU_KERNEL=0``.
 
 On a CPU the fastest attention over ``[batch, kv_heads, tokens, head_size]`` keys and values is
 PyTorch's fused ``scaled_dot_product_attention``; a paged cache does not have that layout, so this
@@ -22,7 +26,8 @@ it can:
 
 Cost per layer: the gather copies every used block once (the paging tax over a contiguous cache;
 a dense ``DynamicCache`` pays a comparable copy when it appends a token), plus 2–3 small ops per
-bucket. ``make bench-cpu-attention`` prints this path against contiguous SDPA over a grid. Two
+bucket. ``make bench-cpu-attention`` prints this path and the C kernel against contiguous SDPA over
+a grid: the gather alone costs 0.3-1.7x SDPA's time, so this path stays above SDPA's. Two torch
 gather-free alternatives ran slower on this project's 2-core CPU (torch 2.13, one thread, fp32, the
 shipped model's heads): FlexAttention compiled with a block mask over the physical blocks (the
 whole cache as one key sequence) took 5 s to compile and 8× the time of contiguous SDPA at 8

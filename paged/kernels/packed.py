@@ -1,4 +1,4 @@
-"""Padding-free paged decode attention in torch, the engine's CPU path (paper §4.1).
+"""Padding-free paged decode attention in torch, a CPU decode path (paper §4.1).
 
 :func:`paged_attention_torch` gathers every sequence into a ``[num_seqs, max_context_len, ...]``
 buffer padded to the *longest* context, so on a batch of ShareGPT requests (one long context, many

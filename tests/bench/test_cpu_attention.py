@@ -1,24 +1,32 @@
-"""``python -m paged.bench.cpu_attention``: a tiny grid runs, checks the paged path against the reference, and rejects bad axes."""
+"""``python -m paged.bench.cpu_attention``: a tiny grid runs, checks both paged paths against the reference, and rejects bad axes."""
 
 from __future__ import annotations
 
 import pytest
 
-from paged.bench.cpu_attention import main, measure
+from paged.bench.cpu_attention import BASELINES, PAGED, main, measure
+from paged.kernels.cpu_kernel import load_kernel
 
 
-def test_tiny_grid_returns_every_point_with_ratios():
-    r = measure(batch_sizes=(1, 3), contexts=(17,), dtypes=("float32", "bfloat16"), rounds=1, repeats=1)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tiny_grid_returns_every_point_with_ratios(threads):
+    r = measure(batch_sizes=(1, 3), contexts=(17,), dtypes=("float32", "bfloat16"), rounds=1, repeats=1, threads=threads)
+    assert r["kernel"] == (load_kernel() is not None)
     assert [(row["dtype"], row["mix"], row["batch"]) for row in r["rows"]] == [
         (d, m, b) for d in ("float32", "bfloat16") for m in ("uniform", "mixed") for b in (1, 3)]
+    paged = [p for p in PAGED if r["kernel"] or p != "kernel"]
     for row in r["rows"]:
-        assert row["paged_s"] > 0 and row["token_major_s"] > 0 and row["head_major_s"] > 0
-        med, lo, hi = row["vs_head_major"]
-        assert lo <= med <= hi
+        assert all(row[f"{name}_s"] > 0 for name in (*paged, *BASELINES))
+        for path in paged:
+            assert row[f"{path}_plan_s"] > 0
+            for base in BASELINES:
+                med, lo, hi = row[f"{path}_vs_{base}"]
+                assert lo <= med <= hi
 
 
 @pytest.mark.parametrize("kwargs", [dict(batch_sizes=()), dict(contexts=(0,)), dict(mixes=("ragged",)),
-                                    dict(dtypes=("int8",)), dict(num_heads=3, num_kv_heads=2), dict(rounds=0)])
+                                    dict(dtypes=("int8",)), dict(num_heads=3, num_kv_heads=2), dict(rounds=0),
+                                    dict(threads=0)])
 def test_bad_grid_is_refused(kwargs):
     with pytest.raises(ValueError):
         measure(**kwargs)
@@ -26,6 +34,7 @@ def test_bad_grid_is_refused(kwargs):
 
 def test_cli_prints_the_grid(capsys):
     main(["--batch-sizes", "2", "--contexts", "16", "--mixes", "mixed", "--dtypes", "float32", "--rounds", "1",
-          "--repeats", "1"])
+          "--repeats", "1", "--no-compile-time"])
     out = capsys.readouterr().out
     assert "load average" in out and "float32   mixed" in out and "points within 1.1x" in out
+    assert ("kernel / head-major" in out) == (load_kernel() is not None) and "bucketed / token-major" in out

@@ -1,7 +1,8 @@
 """The engine on a tiny random Llama (GQA) against Hugging Face ``generate`` (paper §4.5).
 
 Greedy tokens must equal HF's dense-cache greedy search token for token: several block sizes,
-preemption forced by a tiny cache (swap and recompute), and the contiguous Orca (Max) manager.
+preemption forced by a tiny cache (swap and recompute), the contiguous Orca (Max) manager, and on a
+CPU both decode paths (the C kernel, the bucketed torch path).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from paged.engine import LLM, SamplingParams
 from paged.core.kv_cache_manager import RequestTooLargeError
 from paged.engine.model_runner import ModelRunner
+from paged.kernels import cpu_kernel
+from paged.kernels.cpu_kernel import load_kernel
 
 MAX_TOKENS = 12
 PROMPT_LENS = (5, 17, 33, 1, 40, 9, 16)
@@ -103,8 +106,23 @@ def test_mixed_modes_in_one_batch(model, prompts, hf_greedy):
 def test_decode_reads_paged_attention_kernel_path(model):
     llm = LLM(model, block_size=16, num_gpu_blocks=8)
     assert isinstance(llm.runner, ModelRunner)
-    # CUDA decodes through paged_attention's Triton kernel; a CPU through the torch path.
+    # CUDA decodes through paged_attention's Triton kernel; a CPU through the C kernel or the torch path.
     assert llm.runner.use_reference == (llm.runner.device.type != "cuda")
+    kernel = load_kernel()
+    fast = kernel is not None and kernel.fast(torch.float32, model.config.head_dim)
+    assert (llm.runner.cpu_kernel is not None) == (llm.runner.use_reference and fast)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU decode paths")
+def test_cpu_decode_paths_give_the_same_greedy_tokens(model, prompts, hf_greedy, monkeypatch):
+    """The C kernel and the bucketed torch path (PAGED_CPU_KERNEL=0) both decode HF's greedy tokens."""
+    with_kernel = LLM(model, block_size=16, num_gpu_blocks=128)
+    monkeypatch.setenv(cpu_kernel.ENV_SWITCH, "0")
+    without = LLM(model, block_size=16, num_gpu_blocks=128)
+    assert without.runner.cpu_kernel is None
+    for llm in (with_kernel, without):
+        outs = llm.generate(prompts, GREEDY)
+        assert [o.outputs[0].token_ids for o in outs] == hf_greedy
 
 
 def test_step_by_step_stats(model, prompts):
