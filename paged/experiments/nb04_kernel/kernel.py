@@ -9,10 +9,13 @@ length) and finds the paged kernel 20–26% slower. This module measures the sam
   ``[batch, context, kv_heads, head_size]`` cache, both timed with ``triton.testing.do_bench``
   (median). Also the achieved bandwidth of the paged kernel, K/V bytes read ÷ time, against the
   device's peak HBM bandwidth (:data:`PEAK_HBM_GBPS`).
-* **CPU**: the torch paths: block-table gather into a reused workspace + SDPA
-  (:func:`paged.kernels.paged_attention_torch`) vs the same SDPA on a contiguous cache, timed with
-  ``time.perf_counter`` (best of ``repeats`` after one warm-up). These are CPU numbers: they measure the cost
-  of paging in a torch implementation (an extra copy of every key and value), not a GPU kernel.
+* **CPU**: the engine's CPU kernel, the C kernel that reads keys and values through the block
+  tables (:func:`paged.kernels.cpu_kernel.paged_attention_cpu`, on torch's thread count), vs SDPA
+  over the contiguous cache; where the C kernel is not built or not measured fast for the shape, the
+  torch path (a block-table gather into a reused workspace + SDPA,
+  :func:`paged.kernels.paged_attention_torch`). Timed with ``time.perf_counter``, the two calls
+  alternating, best of ``repeats`` each after one warm-up. These are CPU numbers: the cost of paging
+  in a CPU kernel (scattered 4 KB blocks instead of one stream), not the GPU kernel the paper times.
 
 **The kernel's roofline.** Decode attention reads every key and value of the batch once and does
 about 2 multiply-adds per element read, far below any GPU's compute ridge, so its floor is the
@@ -32,6 +35,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
+from paged.kernels.cpu_kernel import load_kernel, paged_attention_cpu, plan_cpu_decode
 from paged.kernels.reference import contiguous_attention, gather_kv, paged_attention_torch
 from paged.experiments.notebook.paper import FIG18A_PAGED_OVER_CONTIGUOUS
 from paged.experiments.notebook.plotting import SYSTEM_COLORS
@@ -166,16 +170,17 @@ def make_inputs(batch: int, context_len: int, num_heads: int, num_kv_heads: int,
             "scale": head_size ** -0.5}
 
 
-def _time_cpu_ms(fn, repeats: int) -> float:
-    """Best of ``repeats`` calls after one warm-up (ms): on a shared CPU the minimum is the
-    least disturbed measurement (as ``timeit`` recommends)."""
-    fn()  # warm-up
-    times = []
+def _time_cpu_interleaved(paged, contiguous, repeats: int) -> tuple[float, float]:
+    """Best of ``repeats`` calls of each (ms), the two alternating call by call after one warm-up each,
+    so a burst of load on a shared CPU falls on both."""
+    paged(), contiguous()
+    times = ([], [])
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times) * 1e3
+        for fn, out in ((paged, times[0]), (contiguous, times[1])):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return min(times[0]) * 1e3, min(times[1]) * 1e3
 
 
 def _time_cuda_ms(fn, repeats: int) -> float:
@@ -211,12 +216,19 @@ def measure_point(batch: int, context_len: int, *, num_heads: int = 40, num_kv_h
         impls = ("triton paged kernel", "torch SDPA, contiguous cache")
         peak = peak_bandwidth_gbps(name)
     else:
-        padded = (batch, kc.shape[0] // batch * block_size, num_kv_heads, head_size)
-        workspace = (kc.new_empty(padded), vc.new_empty(padded))  # the gather's target, reused
-        paged = lambda: paged_attention_torch(q, kc, vc, bt, cl, scale, context_len, workspace)  # noqa: E731
-        paged_ms, contiguous_ms = _time_cpu_ms(paged, repeats), _time_cpu_ms(contiguous, repeats)
-        name = f"CPU ({torch.get_num_threads()} threads)"
-        impls = ("torch gather + SDPA (CPU)", "torch SDPA, contiguous cache (CPU)")
+        threads = torch.get_num_threads()
+        kernel = load_kernel()
+        if kernel is not None and kernel.fast(q.dtype, head_size):  # the engine's CPU path
+            plan = plan_cpu_decode(kernel, bt, cl, block_size, num_threads=threads)
+            paged = lambda: paged_attention_cpu(q, kc, vc, plan, scale)  # noqa: E731
+            impls = (f"C paged kernel ({kernel.code(q.dtype, head_size)}, CPU)", "torch SDPA, contiguous cache (CPU)")
+        else:
+            padded = (batch, kc.shape[0] // batch * block_size, num_kv_heads, head_size)
+            workspace = (kc.new_empty(padded), vc.new_empty(padded))  # the gather's target, reused
+            paged = lambda: paged_attention_torch(q, kc, vc, bt, cl, scale, context_len, workspace)  # noqa: E731
+            impls = ("torch gather + SDPA (CPU)", "torch SDPA, contiguous cache (CPU)")
+        paged_ms, contiguous_ms = _time_cpu_interleaved(paged, contiguous, repeats)
+        name = f"CPU ({threads} thread{'s' if threads > 1 else ''})"
         peak = None
     traffic = bytes_per_call(batch, context_len, num_heads, num_kv_heads, head_size, block_size, q.element_size())
     paged_gbps = traffic["total_bytes"] / (paged_ms * 1e-3) / 1e9

@@ -186,7 +186,9 @@ def _fig18a(read) -> str:
     df = read("fig18a_kernel")
     device = str(df["device"].iloc[0])
     part = df[df["context_len"].between(64, 256) & df["batch"].isin((8, 32))]
-    where = "; torch paths, not the GPU kernel the paper times" if device.upper().startswith("CPU") else ""
+    impl = str(df["paged_impl"].iloc[0]) if "paged_impl" in df else ""
+    kind = "the C CPU kernel" if impl.startswith("C paged kernel") else "torch paths"
+    where = f"; {kind}, not the GPU kernel the paper times" if device.upper().startswith("CPU") else ""
     return f"{_span(part['ratio'], '{:.1f}')} ({device}{where})"
 
 
