@@ -444,6 +444,59 @@ class PagedKVCacheManager:
         """Free GPU blocks, evictable cached ones included (blocks)."""
         return self.gpu_allocator.num_free_blocks
 
+    # -- blocks held outside the tables (the simulator's beam calendar) -----------------------
+    def hold_blocks(self, num_blocks: int) -> list[int]:
+        """Take ``num_blocks`` free GPU blocks for the caller, one reference each, in no table: the
+        simulator's beam calendar (:mod:`paged.sim.beam_calendar`) holds a replayed beam group's blocks
+        past its prompt this way while it does not apply the group's steps to its tables, so the free pool
+        is the one the step-by-step run has. Give them back with :meth:`release_blocks` or
+        :meth:`replace_tables`. O(num_blocks).
+
+        Raises:
+            OutOfBlocksError: if fewer blocks are free (nothing is taken).
+        """
+        self._version += 1
+        return self.gpu_allocator.allocate_blocks(num_blocks)
+
+    def release_blocks(self, blocks: list[int]) -> None:
+        """Give back one reference to each block of ``blocks`` (taken with :meth:`hold_blocks`). O(blocks).
+
+        Raises:
+            ValueError: if a block is already free.
+        """
+        self._version += 1
+        self.gpu_allocator.free_blocks(blocks)
+
+    def replace_tables(self, tables: list[tuple[Sequence, list[int], int]], held: list[int]) -> None:
+        """Give each sequence of ``tables`` a new block table: ``(sequence, physical blocks in logical
+        order, tokens)``. Every entry of a new table takes one reference, then each sequence's old table
+        (if any) gives its references back, tail first, and each block of ``held`` gives back the one
+        reference the caller held (:meth:`hold_blocks`). Nothing is allocated: the caller lays out blocks
+        it or the old tables hold (the beam calendar writing out the tables of the steps it did not apply,
+        §4.4). O(blocks).
+
+        Raises:
+            ValueError: if a block is free, or a table's tokens do not need exactly its blocks.
+        """
+        bs = self.block_size
+        for seq, blocks, num_tokens in tables:  # checked before any count changes
+            if -(-num_tokens // bs) != len(blocks):
+                raise ValueError(f"sequence {seq.seq_id}: {num_tokens} tokens need {-(-num_tokens // bs)} blocks "
+                                 f"of {bs}, got {len(blocks)}")
+        self._version += 1
+        allocator = self.gpu_allocator
+        new = []
+        for seq, blocks, num_tokens in tables:
+            allocator.incref_all(blocks)
+            new.append((seq, BlockTable.from_blocks(allocator, blocks, num_tokens)))
+        block_tables = self.block_tables
+        for seq, table in new:
+            old = block_tables.get(seq.seq_id)
+            block_tables[seq.seq_id] = table
+            if old is not None:
+                old.free()
+        allocator.free_blocks(held)
+
     @property
     def num_used_slots(self) -> int:
         """Slots of the GPU blocks in use now, reserved prefixes included (tokens). O(1)."""
