@@ -6,21 +6,40 @@ size (one iteration in ``block_size``), and it finishes at a known iteration (it
 length). :class:`CalendarServingLoop` serves exactly as :class:`paged.core.serving_loop.ServingLoop`
 with the simulated executor, but does not touch every sequence in every decode iteration:
 
-* a global decode counter ``G`` counts the decode iterations run; a running sequence's generated
-  tokens are ``G - offset`` (its offset fixed when it joined the running batch), written into the
-  sequence only when something reads it;
-* the sequences whose next decode crosses a block boundary are kept in ``block_size`` buckets by
-  ``G mod block_size``; at each decode iteration only that bucket's sequences are brought up to date
-  and given their new block by the KV cache manager (``append_slots``), so every block a sequence
-  holds is the manager's own and the free pool is exact at every admission decision;
+* a global decode counter ``G`` counts the decode iterations run; a running group's sequences have
+  generated ``G - offset`` tokens (its offset fixed when it joined the running batch), written into
+  the sequences only when something reads them;
+* the groups whose next decode crosses a block boundary are kept in ``block_size`` buckets by
+  ``G mod block_size``, with the blocks each bucket takes (a group of ``n`` parallel samples takes
+  ``n``: after its first decode the samples advance in lock-step, each in blocks of its own); at each
+  decode iteration only that bucket's groups are brought up to date and given their new blocks by the
+  KV cache manager (``append_slots``), so every block a sequence holds is the manager's own and the
+  free pool is exact at every admission decision;
+* the first decode of a new group of ``n`` samples whose prompt ends inside a block copies that shared
+  last block on write (``n - 1`` copies, §4.4): it is done by the manager in the first iteration of a
+  decode step, which then, as in the step-by-step loop, is that one iteration (its time includes the
+  copies, priced by the cost model's ``block_copy_time``);
 * the requests finishing at each value of ``G`` are kept in a dict;
-* the batch's context tokens (the cost model's input) are a running sum.
+* the batch's sequences and context tokens (the cost model's input) are running sums.
 
 A decode step then costs O(1 + crossings + finishes) instead of O(running sequences), and a prefill
 step O(admitted requests). Everything else (the prefill admission, preemption, swapping) is the real
 :class:`~paged.core.scheduler.Scheduler`'s: a step that is not a plain decode in which every crossing
-finds a free block — a decode that must preempt, anything swapped out, no running request — brings
-every sequence up to date and runs :meth:`ServingLoop.step` itself; the calendar is rebuilt after it.
+finds a free block — a decode that must preempt by swapping, anything swapped out, no running
+request — brings every sequence up to date and runs :meth:`ServingLoop.step` itself; the calendar is
+rebuilt after it. A decode that must preempt by recomputation is the scheduler's own walk over the
+groups that need blocks (:meth:`CalendarServingLoop._preempting_decode`).
+
+Shared prefixes (§4.4): a provider-reserved prefix (``prefix_len``) and prefix-cache hits are full
+blocks, never written by a decode, so the calendar serves them unchanged. With automatic prefix caching
+the simulator's sequences have token ids only for their prompts, so a decode fills no block whose
+tokens are known and registers nothing (the prefill registers the prompt's full blocks; the loop
+commits them after it, as :meth:`ServingLoop.step` does). Which cached blocks are evicted depends on
+the order of allocations and frees, so a cache-keeping manager's finishing requests free their blocks
+in running order, as the step-by-step loop does, and a decode run whose later crossings could take
+more blocks than the free blocks that hold no cached KV (where the step-by-step loop, taking them at
+the run's end between the finishing requests' frees, could evict other blocks) is left to
+:meth:`ServingLoop.step`.
 
 The steps are the step-by-step loop's with its fast-forward (:mod:`paged.sim.fast_forward`): a decode
 step runs the same iterations (until an arrival is due, a request finishes, or a crossing finds no
@@ -30,9 +49,10 @@ Only the physical block ids a sequence gets may differ (blocks are taken in anot
 nothing measured depends on.
 
 Used by :func:`paged.sim.simulator.simulate` when it applies (:func:`applies`): requests of one
-sequence each without a shared prefix, no prefix cache, no memory or sharing recording, a time model
-with ``decode_time``. A block-table manager's tables may hold fewer tokens than their sequences
-between crossings (the blocks are there): the manager grows them to the sequence's count when asked.
+sequence or of parallel samples (beam searches have their own calendar, :mod:`paged.sim.beam_calendar`),
+with or without a shared prefix, no memory or sharing recording, a time model with ``decode_time``. A
+block-table manager's tables may hold fewer tokens than their sequences between crossings (the blocks
+are there): the manager grows them to the sequence's count when asked.
 """
 
 from __future__ import annotations
@@ -45,13 +65,11 @@ __all__ = ["CalendarServingLoop", "applies"]
 
 
 def applies(groups, kv_manager, executor, *, record_memory: bool, record_sharing: bool) -> bool:
-    """Whether :class:`CalendarServingLoop` can serve ``groups`` (module docstring). O(groups)."""
+    """Whether :class:`CalendarServingLoop` can serve ``groups`` (module docstring): nothing recorded, a
+    time model with ``decode_time``, and no group replaying a beam search. O(groups)."""
     if record_memory or record_sharing or getattr(executor, "decode_time", None) is None:
         return False
-    if getattr(kv_manager, "enable_prefix_caching", False):
-        return False
-    return all(len(g.seqs) == 1 and not g.prefix_len and g.max_num_seqs <= 1 and getattr(g, "beam", None) is None
-               for g in groups)
+    return all(getattr(g, "beam", None) is None and g.max_num_seqs <= len(g.seqs) for g in groups)
 
 
 class CalendarServingLoop(ServingLoop):
@@ -60,7 +78,8 @@ class CalendarServingLoop(ServingLoop):
     (:class:`paged.sim.executor.SimulatedExecutor` over a cost model) and groups for which
     :func:`applies`."""
 
-    __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_context", "_block_size", "_allocates")
+    __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_need", "_cow", "_num_seqs", "_context", "_block_size",
+                 "_allocates", "_caching")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
@@ -68,36 +87,70 @@ class CalendarServingLoop(ServingLoop):
         self._block_size = manager.block_size
         # A contiguous reservation already holds every token its request will write: no decode allocates.
         self._allocates = getattr(manager, "decode_allocates", True)
+        # A prefix cache's evictions depend on the order of allocations and frees (module docstring).
+        self._caching = getattr(manager, "enable_prefix_caching", False)
         self._g = 0
-        self._offset: dict = {}  # running sequence -> G - its generated tokens
+        self._offset: dict[SequenceGroup, int] = {}  # running group -> G - its sequences' generated tokens
         self._finish_at: dict[int, list[SequenceGroup]] = {}  # G at which they finish -> groups
         self._buckets = [[] for _ in range(self._block_size)]  # G mod block_size -> groups crossing then
+        self._need = [0] * self._block_size  # G mod block_size -> blocks the bucket's crossings take
+        self._cow: list[SequenceGroup] = []  # groups whose first decode copies their shared last block
+        self._num_seqs = 0  # running sequences
         self._context = 0  # Σ tokens of the running sequences
 
     # -- the calendar ------------------------------------------------------------------
     def _join(self, group: SequenceGroup) -> None:
-        """Put a running group (one sequence, up to date) on the calendar."""
-        seq = group.seqs[0]
-        g = self._g
-        off = g - seq.num_generated
-        self._offset[seq] = off
+        """Put a running group (its sequences up to date, all with the same tokens) on the calendar."""
+        seqs = group.seqs
+        width = len(seqs)
+        seq = seqs[0]
+        generated = seq.num_generated
+        off = self._g - generated
+        self._offset[group] = off
         self._finish_at.setdefault(off + group.output_len, []).append(group)
         if self._allocates:
             # The next decode of a sequence with room for num_tokens - 1 tokens in whole blocks needs a
             # block when (num_tokens - 1) is a multiple of the block size: at G ≡ off + 1 - prompt.
-            self._buckets[(off + 1 - seq.prompt_len) % self._block_size].append(group)
-        self._context += seq.prompt_len + seq.num_generated
+            i = (off + 1 - seq.prompt_len) % self._block_size
+            self._buckets[i].append(group)
+            self._need[i] += width
+            if width > 1 and generated == 1 and seq.prompt_len % self._block_size:
+                # Prefilled once, not decoded yet: the samples share the prompt's partly filled last block.
+                self._cow.append(group)
+        self._num_seqs += width
+        self._context += width * (seq.prompt_len + generated)
+
+    def _leave(self, group: SequenceGroup) -> None:
+        """Take a running group off the calendar (its sequences up to date)."""
+        seqs = group.seqs
+        seq = seqs[0]
+        off = self._offset.pop(group)
+        due = self._finish_at[off + group.output_len]
+        due.remove(group)
+        if not due:  # an empty entry would end the next decode run there
+            del self._finish_at[off + group.output_len]
+        if self._allocates:
+            i = (off + 1 - seq.prompt_len) % self._block_size
+            self._buckets[i].remove(group)
+            self._need[i] -= len(seqs)
+            if group in self._cow:
+                self._cow.remove(group)
+        self._num_seqs -= len(seqs)
+        self._context -= len(seqs) * seq.num_tokens
 
     def _sync(self) -> None:
         """Bring every running sequence's token count up to date and empty the calendar."""
         g = self._g
-        for seq, off in self._offset.items():
-            seq.num_generated = g - off
+        for group, off in self._offset.items():
+            for seq in group.seqs:
+                seq.num_generated = g - off
         self._offset.clear()
         self._finish_at.clear()
         for bucket in self._buckets:
             bucket.clear()
-        self._context = 0
+        self._need = [0] * self._block_size
+        self._cow.clear()
+        self._num_seqs = self._context = 0
 
     def _rebuild(self) -> None:
         for group in self.scheduler.running:
@@ -147,6 +200,8 @@ class CalendarServingLoop(ServingLoop):
                 group.first_scheduled_time = now
         self._count_prefill(outputs)
         any_finished = executor.execute(scheduler, outputs)
+        if self._commit is not None:
+            self._commit()  # the KV of the prompt blocks this prefill registered is written
         result.num_iterations += 1
         result.batched_requests_sum += len(scheduled)
         busy = executor.now - now
@@ -159,60 +214,87 @@ class CalendarServingLoop(ServingLoop):
         return self._retire(finished)
 
     def _decode(self, now: float, next_arrival: float) -> list[SequenceGroup] | None:
-        """A decode step by the calendar: the first iteration, then the following ones while no
-        request arrives or finishes and every crossing finds a free block (the fast-forward's run).
-        None, changing nothing, if the first iteration's crossings do not all find a free block."""
+        """A decode step by the calendar: the first iteration, then, unless it copied blocks on write, the
+        following ones while no request arrives or finishes and every crossing finds a free block (the
+        fast-forward's run). None, changing nothing, if the first iteration's blocks are not all free and
+        the scheduler would preempt by swapping, or if a prefix cache could evict otherwise than the
+        step-by-step loop (module docstring)."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
-        offset, buckets, bs = self._offset, self._buckets, self._block_size
-        g = self._g
-        free = -1  # free blocks, read when a crossing needs them
-        bucket = buckets[g % bs]
-        if bucket:
-            free = (manager.num_total_slots - manager.num_used_slots) // bs
-            if len(bucket) > free:  # the scheduler preempts
-                return None if scheduler.preemption_mode == "swap" else self._preempting_decode(now, next_arrival)
-            free -= self._cross(bucket, g, manager)
-        n = len(scheduler.running)
+        buckets, needs, bs = self._buckets, self._need, self._block_size
         finish_at = self._finish_at
+        g0 = g = self._g
+        cow = self._cow
+        free = -1  # free blocks, read when a crossing needs them
+        if self._allocates:
+            need = needs[g % bs]
+            for group in cow:
+                need += len(group.seqs) - 1
+            if need:
+                free = (manager.num_total_slots - manager.num_used_slots) // bs
+                if need > free:  # the scheduler preempts
+                    return None if scheduler.preemption_mode == "swap" else self._preempting_decode(now, next_arrival)
+                free -= need
+        n = self._num_seqs
         decode_time = executor.decode_time
         context = self._context
-        t = now + decode_time(n, context)
-        context += n
-        g += 1
-        k = 1
-        if g not in finish_at:
-            while next_arrival > t:
-                bucket = buckets[g % bs]
-                if bucket:
-                    if free < 0:
-                        free = (manager.num_total_slots - manager.num_used_slots) // bs
-                    if len(bucket) > free:
-                        break  # the next iteration would need more blocks than are free
-                    free -= self._cross(bucket, g, manager)
-                t += decode_time(n, context)
-                context += n
-                g += 1
-                k += 1
-                if g in finish_at:
-                    break
+        if cow:  # the first iteration copies blocks: a step of its own
+            copies = []
+            self._cross(buckets[g % bs], g, manager)
+            for group in cow:
+                copies.extend(self._append(group, g, manager))
+            cow.clear()
+            seconds = executor.iteration_time.block_copy_time(len(copies))
+            t = now + (seconds + decode_time(n, context))
+            executor.cow_blocks += len(copies)
+            executor.cow_seconds += seconds
+            context += n
+            g += 1
+            k = 1
+        else:
+            t = now + decode_time(n, context)
+            context += n
+            g += 1
+            k = 1
+            later = 0  # blocks the crossings after the first iteration take
+            if g not in finish_at:
+                while next_arrival > t:
+                    need = needs[g % bs]
+                    if need:
+                        if free < 0:
+                            free = (manager.num_total_slots - manager.num_used_slots) // bs
+                        if need > free:
+                            break  # the next iteration would need more blocks than are free
+                        free -= need
+                        later += need
+                    t += decode_time(n, context)
+                    context += n
+                    g += 1
+                    k += 1
+                    if g in finish_at:
+                        break
+            if later and self._caching and later + needs[g0 % bs] > manager.gpu_allocator.num_free_blocks - \
+                    manager.gpu_allocator.num_evictable_blocks:
+                return None  # the run's crossings could evict cached blocks: the step-by-step loop's order decides
+            for i in range(g0, g):
+                if buckets[i % bs]:
+                    self._cross(buckets[i % bs], i, manager)
         self._g = g
         executor.now = t
         result.num_iterations += k
-        result.batched_requests_sum += k * n
+        result.batched_requests_sum += k * len(scheduler.running)
         busy = t - now
         result.busy_seconds += busy
-        result.batched_requests_seconds += busy * n
+        result.batched_requests_seconds += busy * len(scheduler.running)
         return self._finish(g, context)
 
     def _preempting_decode(self, now: float, next_arrival: float) -> list[SequenceGroup]:
         """The first decode iteration needs more blocks than are free: the scheduler's decode step
-        (:meth:`~paged.core.scheduler.Scheduler.schedule_decodes`, recomputation) on the sequences that
-        need a block: walking the running groups in order, each crossing takes a free block, and when
-        none is left the latest-arriving group is preempted (the crossing one itself when it is the
-        latest) until it fits. Groups that cross nothing need nothing and are kept. Then one iteration,
-        as :meth:`ServingLoop.step` with the simulated executor runs it; the calendar drops the
-        preempted groups."""
+        (:meth:`~paged.core.scheduler.Scheduler.schedule_decodes`, recomputation) on the groups that need
+        blocks (crossings, first copies on write): walking the running groups in order, each takes what it
+        needs, and while it does not fit the latest-arriving group is preempted (the needy one itself when
+        it is the latest). Groups that need nothing are kept. Then one iteration, as :meth:`ServingLoop.step`
+        with the simulated executor runs it; the calendar drops the preempted groups."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
         offset = self._offset
@@ -220,42 +302,33 @@ class CalendarServingLoop(ServingLoop):
         bs = self._block_size
         running = scheduler.running
         outputs = SchedulerOutputs([], is_prefill=False)
-        crossing = sorted((running.index(group), group) for group in self._buckets[g % bs])
+        cow = set(self._cow)
+        needy = sorted((running.index(group), group) for group in [*self._buckets[g % bs], *self._cow])
         hi = len(running)
         free = (manager.num_total_slots - manager.num_used_slots) // bs
-        for pos, group in crossing:
-            seq = group.seqs[0]
+        copies = []
+        for pos, group in needy:
             if pos >= hi:
                 break  # preempted already
-            while not free:
+            need = len(group.seqs) - (group in cow)
+            while free < need:
                 hi = hi - 1 if hi - 1 > pos else pos
                 victim = running[hi]
-                vseq = victim.seqs[0]
-                vseq.num_generated = g - offset[vseq]
+                for seq in victim.seqs:
+                    seq.num_generated = g - offset[victim]
                 scheduler.preempt(victim, outputs)
                 free = (manager.num_total_slots - manager.num_used_slots) // bs
                 if hi == pos:
                     break
             if hi <= pos:
                 break
-            seq.num_generated = g - offset[seq]
-            manager.append_slots(seq)
-            free -= 1
+            copies.extend(self._append(group, g, manager))
+            free -= need
         del running[hi:]
         outputs.scheduled_seq_groups = list(running)
-        bs = self._block_size
-        context = self._context
         for group in outputs.preempted:
-            seq = group.seqs[0]
-            off = offset.pop(seq)
-            due = self._finish_at[off + group.output_len]
-            due.remove(group)
-            if not due:  # an empty entry would end the next decode run there
-                del self._finish_at[off + group.output_len]
-            if self._allocates:
-                self._buckets[(off + 1 - seq.prompt_len) % bs].remove(group)
-            context -= seq.prompt_len + seq.num_generated
-        self._context = context
+            self._leave(group)
+        self._cow.clear()  # every copying group has copied or left
         n = len(outputs.scheduled_seq_groups)
         if not n:  # every running group was preempted: ServingLoop.step waits for the next arrival
             if next_arrival == float("inf"):
@@ -263,7 +336,14 @@ class CalendarServingLoop(ServingLoop):
                                    "to arrive (a request larger than the free KV cache?)")
             executor.wait_until(max(now, next_arrival))
             return []
-        t = now + executor.decode_time(n, context)
+        num_seqs, context = self._num_seqs, self._context
+        if copies:
+            seconds = executor.iteration_time.block_copy_time(len(copies))
+            t = now + (seconds + executor.decode_time(num_seqs, context))
+            executor.cow_blocks += len(copies)
+            executor.cow_seconds += seconds
+        else:
+            t = now + executor.decode_time(num_seqs, context)
         self._g = g + 1
         executor.now = t
         result.num_iterations += 1
@@ -271,7 +351,7 @@ class CalendarServingLoop(ServingLoop):
         busy = t - now
         result.busy_seconds += busy
         result.batched_requests_seconds += busy * n
-        return self._finish(g + 1, context + n)
+        return self._finish(g + 1, context + num_seqs)
 
     def _finish(self, g: int, context: int) -> list[SequenceGroup]:
         """After the decode that brought the counter to ``g`` (the running sequences' tokens now total
@@ -281,29 +361,45 @@ class CalendarServingLoop(ServingLoop):
             self._context = context
             return []
         scheduler = self.scheduler
+        if self._caching and len(ending) > 1:  # freed in running order, as the step-by-step loop frees them
+            ending.sort(key=scheduler.running.index)
         finish = scheduler.finish_seq
-        offset, buckets, bs = self._offset, self._buckets, self._block_size
+        offset, buckets, needs, bs = self._offset, self._buckets, self._need, self._block_size
         for group in ending:
-            seq = group.seqs[0]
-            del offset[seq]
-            seq.num_generated = group.output_len
-            context -= seq.prompt_len + seq.num_generated
+            seqs = group.seqs
+            del offset[group]
+            for seq in seqs:
+                seq.num_generated = group.output_len
+                finish(seq)
+            self._num_seqs -= len(seqs)
+            context -= len(seqs) * seqs[0].num_tokens
             if self._allocates:
-                buckets[(g - group.output_len + 1 - seq.prompt_len) % bs].remove(group)
-            finish(seq)
+                i = (g - group.output_len + 1 - seqs[0].prompt_len) % bs
+                buckets[i].remove(group)
+                needs[i] -= len(seqs)
         self._context = context
         return self._retire(scheduler.free_finished_seq_groups(ending))
 
-    def _cross(self, bucket: list, g: int, manager) -> int:
-        """The sequences of ``bucket`` cross a block boundary in the decode at ``G = g``: bring them up
-        to date and let the manager give each its block. Returns how many."""
+    def _cross(self, bucket: list, g: int, manager) -> None:
+        """The groups of ``bucket`` cross a block boundary in the decode at ``G = g``: bring them up to
+        date and let the manager give each sequence its block."""
         offset = self._offset
         append_slots = manager.append_slots
         for group in bucket:
-            seq = group.seqs[0]
-            seq.num_generated = g - offset[seq]
-            append_slots(seq)
-        return len(bucket)
+            generated = g - offset[group]
+            for seq in group.seqs:
+                seq.num_generated = generated
+                append_slots(seq)
+
+    def _append(self, group: SequenceGroup, g: int, manager) -> list[tuple[int, int]]:
+        """Bring ``group`` up to date for the decode at ``G = g`` and let the manager make room for its
+        sequences' tokens, in group order; the copy-on-write pairs."""
+        generated = g - self._offset[group]
+        copies = []
+        for seq in group.seqs:
+            seq.num_generated = generated
+            copies.extend(manager.append_slots(seq))
+        return copies
 
     def _retire(self, finished: list[SequenceGroup]) -> list[SequenceGroup]:
         now = self.executor.now
