@@ -49,6 +49,8 @@ from paged.core.scheduler import Scheduler, SchedulerOutputs
 from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop, ServingResult
 from paged.sim.beam_replay import BeamTrace, beam_trace
+from paged.sim.beam_calendar import BeamCalendarServingLoop
+from paged.sim.beam_calendar import applies as beam_applies
 from paged.sim.decode_calendar import CalendarServingLoop, applies
 from paged.sim.executor import SimulatedExecutor
 
@@ -195,8 +197,13 @@ def simulate(
                 )
         executor = SimulatedExecutor(iteration_time, fast_forward=fast_forward,
                                      first_fork_id=sum(len(g.seqs) for g in groups))
-        loop_class = CalendarServingLoop if applies(groups, kv_manager, executor, record_memory=record_memory,
-                                                    record_sharing=record_sharing) else ServingLoop
+        recording = dict(record_memory=record_memory, record_sharing=record_sharing)
+        if applies(groups, kv_manager, executor, **recording):
+            loop_class = CalendarServingLoop
+        elif beam_applies(groups, kv_manager, executor, **recording):
+            loop_class = BeamCalendarServingLoop
+        else:
+            loop_class = ServingLoop
         loop = loop_class(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing,
                           on_finish=on_finish)
         result = loop.run()

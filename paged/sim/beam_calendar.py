@@ -1,0 +1,268 @@
+"""The serving loop for replayed beam searches, their memory read from precomputed profiles (simulator speed, §4.4).
+
+A replayed beam group (:mod:`paged.sim.beam_replay`) changes its KV memory at every decode step: its
+candidates copy shared blocks on write and cross into new ones, dropped candidates free blocks, forks
+share them (paged) or copy the parent's KV into another reservation (a contiguous Orca manager). The
+step-by-step loop applies every step to the real manager, one group at a time. But what a step does to
+memory depends only on the recorded search, the step, the block size and where the prompt ends in its
+last block (:mod:`paged.sim.beam_blocks`), and every candidate of a group has the same number of tokens,
+so :class:`BeamCalendarServingLoop` serves the same iterations without touching the groups:
+
+* a global decode counter ``G``; a running group's candidates have generated ``G - offset`` tokens;
+  the batch's sequences and context tokens (the cost model's input) are running sums, and the groups
+  finishing at each ``G`` are kept in a dict, as in :mod:`paged.sim.decode_calendar`;
+* per group, its profile (:func:`paged.sim.beam_blocks.paged_profile`) is added, when it joins the
+  batch after its prefill, to a timeline over ``G`` of the blocks the decodes' appends take, the
+  copy-on-write copies among them (priced by the cost model's ``block_copy_time``, §4.4) and the
+  blocks the beam steps free (paged); or of the KV tokens its forks copy (contiguous: charged with
+  ``kv_copy_time``). A decode iteration reads one column: O(1) however many groups run;
+* the paged manager holds the right number of blocks at every moment anything reads them: the blocks a
+  group takes past its prompt are held in the manager with :meth:`~paged.block.PagedKVCacheManager.hold_blocks`
+  and given back as its steps free them (the group's own tables stay those of its prefill, the prompt's
+  blocks); a contiguous group's reservations are the same whichever candidate holds them.
+
+Every decision stays the real :class:`~paged.core.scheduler.Scheduler`'s: each step admits arrivals and
+schedules prefills with it, finished groups are freed through the manager, and a decode whose appends
+need more blocks than are free (the scheduler would preempt) first writes out every group's block
+tables as the step-by-step loop would have them (:class:`~paged.sim.beam_blocks.BeamBlockTree`,
+:meth:`~paged.block.PagedKVCacheManager.replace_tables`) and hands the rest of the run to
+:meth:`ServingLoop.step`. Beam groups step one iteration at a time in the step-by-step loop (each step
+changes the block tree), so each step here is one iteration too: the same float additions in the same
+order, every result bit-identical (``tests/sim/test_beam_calendar.py``); only physical block ids and
+the ids of forked sequences differ. A finished group keeps the sequences it had when it joined, each
+with its output length.
+
+Used by :func:`paged.sim.simulator.simulate` when it applies (:func:`applies`): every group replays a
+beam search, nothing is recorded, the time model has ``decode_time``, and the manager is contiguous or
+a paged manager without a prefix cache.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paged.core.sequence import SequenceGroup, SequenceStatus
+from paged.core.serving_loop import ServingLoop
+from paged.sim.beam_blocks import BeamBlockTree, fork_counts, paged_profile
+from paged.sim.decode_calendar import CalendarServingLoop
+
+__all__ = ["BeamCalendarServingLoop", "applies"]
+
+
+def applies(groups, kv_manager, executor, *, record_memory: bool, record_sharing: bool) -> bool:
+    """Whether :class:`BeamCalendarServingLoop` can serve ``groups`` (module docstring). O(groups)."""
+    if record_memory or record_sharing or getattr(executor, "decode_time", None) is None or not groups:
+        return False
+    if getattr(kv_manager, "decode_allocates", True) and (getattr(kv_manager, "enable_prefix_caching", False)
+                                                          or not hasattr(kv_manager, "replace_tables")):
+        return False
+    return all(getattr(g, "beam", None) is not None and len(g.seqs) == 1 for g in groups)
+
+
+class BeamCalendarServingLoop(CalendarServingLoop):
+    """:class:`~paged.core.serving_loop.ServingLoop` for replayed beam groups whose decode iterations read
+    the groups' memory from a timeline (module docstring); the same arguments, the same results. Needs an
+    executor with ``decode_time`` (:class:`paged.sim.executor.SimulatedExecutor` over a cost model) and
+    groups for which :func:`applies`."""
+
+    __slots__ = ("_paged", "_timeline", "_final", "_held", "_stepwise")
+
+    def __init__(self, scheduler, executor, groups, **kwargs) -> None:
+        super().__init__(scheduler, executor, groups, **kwargs)
+        self._paged = self._allocates
+        # paged: rows blocks taken, copies, blocks freed; contiguous: KV tokens copied by forks
+        self._timeline = np.zeros((3 if self._paged else 1, 4096), dtype=np.int64)
+        self._final: dict[SequenceGroup, int] = {}  # paged: the blocks past its prompt a group frees at its end
+        self._held: list[int] = []  # paged: the blocks the manager holds for the groups past their prompts
+        self._stepwise = False  # the run continues in ServingLoop.step
+
+    # -- the calendar ------------------------------------------------------------------
+    def _join(self, group: SequenceGroup) -> None:
+        """Put a group that has just been prefilled (its beam step 0 done) on the calendar."""
+        seqs = group.seqs
+        width = len(seqs)
+        seq = seqs[0]
+        if seq.num_generated != 1:
+            raise RuntimeError(f"request {group.request_id!r} joins the beam calendar after {seq.num_generated} "
+                               "tokens: only a first prefill (one token) can join")
+        g = self._g
+        length = group.output_len
+        off = g - 1
+        self._offset[group] = off
+        self._finish_at.setdefault(off + length, []).append(group)
+        self._num_seqs += width
+        self._context += width * (seq.prompt_len + 1)
+        end = g + length - 1  # decodes 1 .. length - 1 run at G = g .. end - 1
+        if end > self._timeline.shape[1]:
+            grown = np.zeros((self._timeline.shape[0], 2 * end), dtype=np.int64)
+            grown[:, :self._timeline.shape[1]] = self._timeline
+            self._timeline = grown
+        beam = group.beam
+        if self._paged:
+            bs = self._block_size
+            profile = paged_profile(beam, seq.prompt_len, bs, length)
+            self._timeline[:, g:end] += profile.counts[:, 1:length]
+            self._timeline[2, end - 1] -= profile.counts[2, length - 1]  # the last decode ends the group instead
+            self._final[group] = profile.held[length - 2] + int(profile.counts[0, length - 1]) - \
+                (seq.prompt_len % bs > 0)
+        elif length > 2:
+            forks = fork_counts(beam, length - 1)[1:length - 1]  # beam steps 1 .. length - 2
+            self._timeline[0, g:end - 1] += forks * np.arange(seq.prompt_len + 1, seq.prompt_len + length - 1)
+
+    def _sync(self) -> None:
+        """Every running group's candidates up to date; the paged manager's blocks written out into their
+        tables (:meth:`_write_tables`). The calendar is emptied."""
+        g = self._g
+        manager = self.scheduler.kv_manager
+        for group, off in self._offset.items():
+            for seq in group.seqs:
+                seq.num_generated = g - off
+            if self._paged:
+                self._write_tables(group, g - off, manager)
+        if self._held:
+            raise RuntimeError(f"{len(self._held)} blocks held past the groups' tables")  # a bookkeeping error
+        self._offset.clear()
+        self._finish_at.clear()
+        self._final.clear()
+        self._num_seqs = self._context = 0
+
+    def _write_tables(self, group: SequenceGroup, generated: int, manager) -> None:
+        """Give the candidates of ``group`` (``generated`` tokens each, the last not yet in the cache) the
+        block tables the step-by-step loop would have: the prompt's full blocks, then the blocks of the
+        replayed tree (:class:`~paged.sim.beam_blocks.BeamBlockTree`), laid out on the prompt's partly
+        filled block and the blocks held for the group. O(steps × width)."""
+        seqs = group.seqs
+        prompt_len = seqs[0].prompt_len
+        bs = self._block_size
+        tree = BeamBlockTree(group.beam, prompt_len, bs)
+        for _ in range(generated - 1):
+            tree.decode()
+            tree.beam_step()
+        paths, live = tree.tables()
+        own = manager.get_block_table(seqs[0])  # the prefill's table: the prompt's blocks
+        base = prompt_len // bs
+        spare = [own[base]] if prompt_len % bs else []  # the prompt's partly filled block
+        count = len(live) - len(spare)
+        held = self._held[len(self._held) - count:] if count else []
+        del self._held[len(self._held) - count:]
+        # Node 0, the prompt's partly filled block, keeps it while alive (live is sorted); any block will do.
+        where = dict(zip(live, spare + held))
+        prompt = own[:base]
+        manager.replace_tables([(seq, prompt + [where[node] for node in path], prompt_len + generated - 1)
+                                for seq, path in zip(seqs, paths)], held)
+
+    def _rebuild(self) -> None:
+        """Nothing to rebuild: once the run steps one iteration at a time it stays so."""
+
+    def abandon(self) -> list[SequenceGroup]:
+        """:meth:`ServingLoop.abandon` after giving the manager back the blocks held past the groups'
+        tables (the aborted groups then free everything they hold)."""
+        if self._held:
+            self.scheduler.kv_manager.release_blocks(self._held)
+            self._held.clear()
+        g = self._g
+        for group, off in self._offset.items():
+            for seq in group.seqs:
+                seq.num_generated = g - off
+        self._offset.clear()
+        return ServingLoop.abandon(self)
+
+    def abort_request(self, request_id) -> bool:
+        """:meth:`ServingLoop.abort_request` on written-out tables; the run then steps one iteration at a time."""
+        self._go_stepwise()
+        return ServingLoop.abort_request(self, request_id)
+
+    def _go_stepwise(self) -> None:
+        if not self._stepwise:
+            self._sync()
+            self._stepwise = True
+
+    # -- one step ----------------------------------------------------------------------
+    def step(self) -> list[SequenceGroup]:
+        """One step (module docstring): a prefill, one decode iteration by the timeline, or
+        :meth:`ServingLoop.step` (nothing runs, or from the first decode that must preempt on). Whatever
+        escapes it aborts every request of the loop first (:meth:`abandon`)."""
+        if self._stepwise:
+            return ServingLoop.step(self)
+        try:
+            scheduler = self.scheduler
+            now = self.executor.now
+            self._admit_arrivals()
+            if scheduler.waiting and not scheduler.swapped:
+                outputs = scheduler.schedule_prefills()
+                if outputs.scheduled_seq_groups:
+                    return self._prefill(outputs, now)
+            if scheduler.running and not scheduler.swapped:
+                finished = self._beam_decode(now)
+                if finished is not None:
+                    return finished
+                self._go_stepwise()  # the scheduler preempts: from here on, step by step
+        except BaseException:
+            self.abandon()
+            raise
+        return ServingLoop.step(self)
+
+    def _beam_decode(self, now: float) -> list[SequenceGroup] | None:
+        """One decode iteration of every running group, as :meth:`ServingLoop.step` runs it with the
+        simulated executor; None, changing nothing, if its appends need more blocks than are free."""
+        scheduler, executor, result = self.scheduler, self.executor, self.result
+        g = self._g
+        n, context = self._num_seqs, self._context
+        if self._paged:
+            manager = scheduler.kv_manager
+            taken, copies, freed = self._timeline[:, g].tolist()
+            if taken:
+                if taken > manager.get_num_free_gpu_blocks():
+                    return None
+                self._held += manager.hold_blocks(taken)
+            if copies:
+                seconds = executor.iteration_time.block_copy_time(copies)
+                t = now + (seconds + executor.decode_time(n, context))
+                executor.cow_blocks += copies
+                executor.cow_seconds += seconds
+            else:
+                t = now + executor.decode_time(n, context)
+            if freed:
+                held = self._held
+                manager.release_blocks(held[len(held) - freed:])
+                del held[len(held) - freed:]
+        else:
+            t = now + executor.decode_time(n, context)
+            tokens = int(self._timeline[0, g])
+            if tokens:
+                seconds = executor.iteration_time.kv_copy_time(tokens)
+                executor.copied_tokens += tokens
+                executor.copy_seconds += seconds
+                t += seconds
+        executor.now = t
+        self._g = g = g + 1
+        context += n
+        num_groups = len(scheduler.running)
+        result.num_iterations += 1
+        result.batched_requests_sum += num_groups
+        busy = t - now
+        result.busy_seconds += busy
+        result.batched_requests_seconds += busy * num_groups
+        ending = self._finish_at.pop(g, None)
+        if ending is None:
+            self._context = context
+            return []
+        manager = scheduler.kv_manager
+        finished_status = SequenceStatus.FINISHED
+        for group in ending:
+            seqs = group.seqs
+            del self._offset[group]
+            for seq in seqs:
+                seq.num_generated = group.output_len
+                seq.status = finished_status
+            manager.free_and_fork(seqs, ())
+            if self._paged:
+                count = self._final.pop(group)
+                if count:
+                    held = self._held
+                    manager.release_blocks(held[len(held) - count:])
+                    del held[len(held) - count:]
+            self._num_seqs -= len(seqs)
+            context -= len(seqs) * seqs[0].num_tokens
+        self._context = context
+        return self._retire(scheduler.free_finished_seq_groups(ending))
