@@ -93,6 +93,7 @@ class PagedKVCacheManager:
         self._next_full = self._chains.next_full if enable_prefix_caching else None
         self._memo: tuple | None = None  # the last prefill plan (see _plan)
         self._version = 0  # counts the changes to tables and cache (see _plan)
+        self._layout_version = 0  # counts the changes to _layouts and _reserved (see _plan)
 
     @property
     def shares_across_groups(self) -> bool:
@@ -102,17 +103,21 @@ class PagedKVCacheManager:
     # -- planning a prefill (changes nothing) ----------------------------------------------
     def _plan(self, seq_group: SequenceGroup) -> PrefillPlan:
         """The plan of a prefill of ``seq_group`` now. The scheduler asks three questions of the same
-        group in a row (budget, fit, allocation); the plan is reused while nothing has changed (every
-        method that changes a block table or the cache counts a new version)."""
+        group in a row (budget, fit, allocation), and asks again at every iteration while the group waits
+        at the head of the queue; the plan is reused while nothing it reads has changed. With a prefix
+        cache it reads the cache (every method that changes a block table or the cache counts a new
+        version); without one only the group, the layouts of preempted groups and the reserved prefixes
+        (their changes count a layout version; a waiting group's sequences do not change)."""
         memo = self._memo
+        version = self._version if self._chains is not None else self._layout_version
         # Keyed on the group object itself, not id(): the memo holds a reference, so a discarded
         # group's address cannot be reused by a new group that would then get the stale plan.
-        if memo is not None and memo[0] is seq_group and memo[1] == self._version:
+        if memo is not None and memo[0] is seq_group and memo[1] == version:
             return memo[2]
         plan = plan_prefill(seq_group, block_size=self.block_size, allocator=self.gpu_allocator,
                             layouts=self._layouts, reserved=self._reserved,
                             cache_hits=self._chains.cache_hits if self._chains else None)
-        self._memo = (seq_group, self._version, plan)
+        self._memo = (seq_group, version, plan)
         return plan
 
     # -- admission --------------------------------------------------------------------
@@ -125,10 +130,16 @@ class PagedKVCacheManager:
         return shared + seq_group.peak_num_seqs * (final_blocks - shared)
 
     def _simple(self, seq_group: SequenceGroup) -> bool:
-        """One new sequence, no prefix to share: the plan is ``ceil(num_tokens / bs)`` new blocks."""
+        """No prefix to share and nothing shared before: one sequence, or the new samples of one prompt (all
+        waiting, none generated yet). The plan is ``ceil(num_tokens / bs)`` new blocks for the first
+        sequence, the others forks of it. O(sequences)."""
         seqs = seq_group.seqs
-        return (len(seqs) == 1 and not self.enable_prefix_caching and not seq_group.prefix_len
-                and seqs[0].seq_id not in self._layouts)
+        if self.enable_prefix_caching or seq_group.prefix_len or seqs[0].seq_id in self._layouts:
+            return False
+        if len(seqs) == 1:
+            return True
+        waiting = SequenceStatus.WAITING
+        return all(seq.num_generated == 0 and seq.status is waiting for seq in seqs)
 
     def never_reason(self, seq_group: SequenceGroup) -> str:
         """Why :meth:`can_allocate` says NEVER for ``seq_group``: the numbers that do not fit."""
@@ -176,14 +187,20 @@ class PagedKVCacheManager:
         """
         allocator = self.gpu_allocator
         if self._simple(seq_group):
-            seq = seq_group.seqs[0]
+            seqs = seq_group.seqs
+            seq = seqs[0]
             table = BlockTable(allocator)
             table.append_tokens(seq.num_tokens)
             self.block_tables[seq.seq_id] = table
             self._version += 1
-            return [0]
+            if len(seqs) == 1:
+                return [0]
+            for sample in seqs[1:]:  # new samples share the first sequence's prompt
+                self.fork(seq, sample)
+            return [0] + [seq.num_tokens] * (len(seqs) - 1)
         plan = self._plan(seq_group)
         self._version += 1
+        self._layout_version += 1
         if plan.needed > allocator.num_free_blocks:
             raise OutOfBlocksError(f"the prefill needs {plan.needed} free blocks, {allocator.num_free_blocks} are free")
         if plan.reserve:
@@ -404,8 +421,8 @@ class PagedKVCacheManager:
             table = tables.pop(seq.seq_id, None)
             if table is not None:
                 table.free()
-            if layouts:
-                layouts.pop(seq.seq_id, None)
+            if layouts and layouts.pop(seq.seq_id, None) is not None:
+                self._layout_version += 1
         for parent, child in forks:
             tables[child.seq_id] = tables[parent.seq_id].fork()
 
@@ -415,8 +432,8 @@ class PagedKVCacheManager:
         table = self.block_tables.pop(seq.seq_id, None)
         if table is not None:
             table.free()
-        if self._layouts:
-            self._layouts.pop(seq.seq_id, None)
+        if self._layouts and self._layouts.pop(seq.seq_id, None) is not None:
+            self._layout_version += 1
         if self._chains is not None:
             self._chains.drop(seq)
 
@@ -424,6 +441,7 @@ class PagedKVCacheManager:
         """Free the group's running sequences' tables, preempted by recomputation (§4.5), remembering
         their full blocks so that :meth:`allocate` shares again exactly what they shared. O(blocks)."""
         self._version += 1
+        self._layout_version += 1
         bs = self.block_size
         for seq in seq_group.seqs:
             if seq.status is SequenceStatus.RUNNING:

@@ -46,6 +46,13 @@ class BuddyAllocator:
         order = self.order_for(num_slots)
         return any(self.free_lists[k] for k in range(order, self.max_order + 1))
 
+    def num_allocatable(self, num_slots: int) -> int:
+        """How many reservations of ``num_slots`` slots (each ``2**ceil(log2 num_slots)``) could be taken
+        one after another now: every free block of that order or above splits into ``2**(k - order)`` of
+        them, and :meth:`allocate` succeeds exactly while one is left. O(orders)."""
+        order = self.order_for(num_slots)
+        return sum(len(self.free_lists[k]) << (k - order) for k in range(order, self.max_order + 1))
+
     def largest_block(self) -> int:
         """Slots of the largest block this space could ever hand out."""
         return 1 << self.max_order

@@ -101,17 +101,8 @@ class ContiguousKVCacheManager:
             return AllocStatus.LATER
         if waiting == 1:
             return AllocStatus.OK if self.buddy.can_allocate(size) else AllocStatus.LATER
-        # Several sequences: try them for real, then roll back.
-        taken = []
-        try:
-            for _ in range(waiting):
-                taken.append(self.buddy.allocate(size))
-        except MemoryError:
-            return AllocStatus.LATER
-        finally:
-            for start in taken:
-                self.buddy.free(start)
-        return AllocStatus.OK
+        # Several sequences: as many blocks of the size, one after another (what allocate will take).
+        return AllocStatus.OK if self.buddy.num_allocatable(size) >= waiting else AllocStatus.LATER
 
     def prefill_tokens(self, seq_group: SequenceGroup) -> int:
         """Tokens the prefill computes: a new group's prompt once (then copied into each sample's

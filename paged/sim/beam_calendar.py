@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from paged.core.kv_cache_manager import AllocStatus
 from paged.core.sequence import SequenceGroup, SequenceStatus
 from paged.core.serving_loop import ServingLoop
 from paged.sim.beam_blocks import BeamBlockTree, fork_counts, paged_profile
@@ -193,7 +194,8 @@ class BeamCalendarServingLoop(CalendarServingLoop):
                 if outputs.scheduled_seq_groups:
                     return self._prefill(outputs, now)
             if scheduler.running and not scheduler.swapped:
-                finished = self._beam_decode(now)
+                nxt, groups = self._next, self.groups
+                finished = self._beam_decode(now, groups[nxt].arrival_time if nxt < len(groups) else float("inf"))
                 if finished is not None:
                     return finished
                 self._go_stepwise()  # the scheduler preempts: from here on, step by step
@@ -202,52 +204,74 @@ class BeamCalendarServingLoop(CalendarServingLoop):
             raise
         return ServingLoop.step(self)
 
-    def _beam_decode(self, now: float) -> list[SequenceGroup] | None:
-        """One decode iteration of every running group, as :meth:`ServingLoop.step` runs it with the
-        simulated executor; None, changing nothing, if its appends need more blocks than are free."""
+    def _beam_decode(self, now: float, next_arrival: float) -> list[SequenceGroup] | None:
+        """Decode iterations of every running group, each as :meth:`ServingLoop.step` runs it with the
+        simulated executor: the first, then the following ones while no request arrives or finishes, every
+        iteration's appends find their blocks free and no admission can change (a contiguous manager's
+        memory does not change in a decode; on the paged one, drops free blocks, so the head of the queue
+        must be refused for another reason than memory, or nothing waits). None, changing nothing, if the
+        first iteration's appends need more blocks than are free (the scheduler would preempt)."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
+        manager = scheduler.kv_manager
+        finish_at, timeline = self._finish_at, self._timeline
+        decode_time = executor.decode_time
+        cost = executor.iteration_time
         g = self._g
         n, context = self._num_seqs, self._context
-        if self._paged:
-            manager = scheduler.kv_manager
-            taken, copies, freed = self._timeline[:, g].tolist()
-            if taken:
-                if taken > manager.get_num_free_gpu_blocks():
-                    return None
-                self._held += manager.hold_blocks(taken)
-            if copies:
-                seconds = executor.iteration_time.block_copy_time(copies)
-                t = now + (seconds + executor.decode_time(n, context))
-                executor.cow_blocks += copies
-                executor.cow_seconds += seconds
-            else:
-                t = now + executor.decode_time(n, context)
-            if freed:
-                held = self._held
-                manager.release_blocks(held[len(held) - freed:])
-                del held[len(held) - freed:]
-        else:
-            t = now + executor.decode_time(n, context)
-            tokens = int(self._timeline[0, g])
-            if tokens:
-                seconds = executor.iteration_time.kv_copy_time(tokens)
-                executor.copied_tokens += tokens
-                executor.copy_seconds += seconds
-                t += seconds
-        executor.now = t
-        self._g = g = g + 1
-        context += n
         num_groups = len(scheduler.running)
-        result.num_iterations += 1
-        result.batched_requests_sum += num_groups
-        busy = t - now
-        result.busy_seconds += busy
-        result.batched_requests_seconds += busy * num_groups
-        ending = self._finish_at.pop(g, None)
+        paged = self._paged
+        waiting = scheduler.waiting
+        stable = not paged or not waiting or manager.can_allocate(waiting[0]) is AllocStatus.OK
+        free = manager.get_num_free_gpu_blocks() if paged else 0
+        held = self._held
+        t = now
+        k = 0
+        while True:
+            start = t
+            if paged:
+                taken, copies, freed = timeline[:, g].tolist()
+                if taken:
+                    if taken > free:
+                        if not k:
+                            return None
+                        break  # the next step's scheduler preempts
+                    held += manager.hold_blocks(taken)
+                    free -= taken
+                if copies:
+                    seconds = cost.block_copy_time(copies)
+                    t = start + (seconds + decode_time(n, context))
+                    executor.cow_blocks += copies
+                    executor.cow_seconds += seconds
+                else:
+                    t = start + decode_time(n, context)
+                if freed:
+                    manager.release_blocks(held[len(held) - freed:])
+                    del held[len(held) - freed:]
+                    free += freed
+            else:
+                t = start + decode_time(n, context)
+                tokens = int(timeline[0, g])
+                if tokens:
+                    seconds = cost.kv_copy_time(tokens)
+                    executor.copied_tokens += tokens
+                    executor.copy_seconds += seconds
+                    t += seconds
+            g += 1
+            k += 1
+            context += n
+            busy = t - start
+            result.busy_seconds += busy
+            result.batched_requests_seconds += busy * num_groups
+            if g in finish_at or next_arrival <= t or not stable:
+                break
+        executor.now = t
+        self._g = g
+        result.num_iterations += k
+        result.batched_requests_sum += k * num_groups
+        ending = finish_at.pop(g, None)
         if ending is None:
             self._context = context
             return []
-        manager = scheduler.kv_manager
         finished_status = SequenceStatus.FINISHED
         for group in ending:
             seqs = group.seqs
@@ -256,10 +280,9 @@ class BeamCalendarServingLoop(CalendarServingLoop):
                 seq.num_generated = group.output_len
                 seq.status = finished_status
             manager.free_and_fork(seqs, ())
-            if self._paged:
+            if paged:
                 count = self._final.pop(group)
                 if count:
-                    held = self._held
                     manager.release_blocks(held[len(held) - count:])
                     del held[len(held) - count:]
             self._num_seqs -= len(seqs)
