@@ -485,16 +485,19 @@ class PagedKVCacheManager:
         self._version += 1
         self.gpu_allocator.free_blocks(blocks)
 
-    def replace_tables(self, tables: list[tuple[Sequence, list[int], int]], held: list[int]) -> None:
+    def replace_tables(self, tables: list[tuple[Sequence, list[int], int]], *, held: list[int] = (),
+                       take: list[int] = ()) -> None:
         """Give each sequence of ``tables`` a new block table: ``(sequence, physical blocks in logical
-        order, tokens)``. Every entry of a new table takes one reference, then each sequence's old table
+        order, tokens)``. Every entry of a new table and each block of ``take`` take one reference (the
+        latter the caller's, given back later with :meth:`release_blocks`), then each sequence's old table
         (if any) gives its references back, tail first, and each block of ``held`` gives back the one
         reference the caller held (:meth:`hold_blocks`). Nothing is allocated: the caller lays out blocks
-        it or the old tables hold (the beam calendar writing out the tables of the steps it did not apply,
-        §4.4). O(blocks).
+        it or the old tables hold (the simulator's beam calendar writing out or putting aside the tables of
+        replayed beam groups, §4.4). O(blocks).
 
         Raises:
-            ValueError: if a block is free, or a table's tokens do not need exactly its blocks.
+            ValueError: if a block is free, or a table's tokens do not need exactly its blocks (nothing
+                changes then).
         """
         bs = self.block_size
         for seq, blocks, num_tokens in tables:  # checked before any count changes
@@ -503,6 +506,7 @@ class PagedKVCacheManager:
                                  f"of {bs}, got {len(blocks)}")
         self._version += 1
         allocator = self.gpu_allocator
+        allocator.incref_all(take)
         new = []
         for seq, blocks, num_tokens in tables:
             allocator.incref_all(blocks)

@@ -66,7 +66,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
     executor with ``decode_time`` (:class:`paged.sim.executor.SimulatedExecutor` over a cost model) and
     groups for which :func:`applies`."""
 
-    __slots__ = ("_paged", "_timeline", "_final", "_held", "_stepwise")
+    __slots__ = ("_paged", "_timeline", "_final", "_held", "_on_calendar")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
@@ -75,25 +75,25 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         self._timeline = np.zeros((3 if self._paged else 1, 4096), dtype=np.int64)
         self._final: dict[SequenceGroup, int] = {}  # paged: the blocks past its prompt a group frees at its end
         self._held: list[int] = []  # paged: the blocks the manager holds for the groups past their prompts
-        self._stepwise = False  # the run continues in ServingLoop.step
+        self._on_calendar = True  # False: the tables are written out and ServingLoop.step runs
 
     # -- the calendar ------------------------------------------------------------------
     def _join(self, group: SequenceGroup) -> None:
-        """Put a group that has just been prefilled (its beam step 0 done) on the calendar."""
+        """Put a running group (its candidates up to date, its tables the manager's) on the calendar: on the
+        paged manager, its first candidate keeps a table of the prompt's blocks and the blocks past them are
+        held (:meth:`_put_aside`); its decodes' memory goes on the timeline."""
         seqs = group.seqs
         width = len(seqs)
         seq = seqs[0]
-        if seq.num_generated != 1:
-            raise RuntimeError(f"request {group.request_id!r} joins the beam calendar after {seq.num_generated} "
-                               "tokens: only a first prefill (one token) can join")
+        generated = seq.num_generated
         g = self._g
         length = group.output_len
-        off = g - 1
+        off = g - generated
         self._offset[group] = off
         self._finish_at.setdefault(off + length, []).append(group)
         self._num_seqs += width
-        self._context += width * (seq.prompt_len + 1)
-        end = g + length - 1  # decodes 1 .. length - 1 run at G = g .. end - 1
+        self._context += width * (seq.prompt_len + generated)
+        end = off + length  # decodes generated .. length - 1 run at G = g .. end - 1
         if end > self._timeline.shape[1]:
             grown = np.zeros((self._timeline.shape[0], 2 * end), dtype=np.int64)
             grown[:, :self._timeline.shape[1]] = self._timeline
@@ -101,18 +101,37 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         beam = group.beam
         if self._paged:
             bs = self._block_size
+            self._put_aside(group)
             profile = paged_profile(beam, seq.prompt_len, bs, length)
-            self._timeline[:, g:end] += profile.counts[:, 1:length]
+            self._timeline[:, g:end] += profile.counts[:, generated:length]
             self._timeline[2, end - 1] -= profile.counts[2, length - 1]  # the last decode ends the group instead
             self._final[group] = profile.held[length - 2] + int(profile.counts[0, length - 1]) - \
                 (seq.prompt_len % bs > 0)
-        elif length > 2:
-            forks = fork_counts(beam, length - 1)[1:length - 1]  # beam steps 1 .. length - 2
-            self._timeline[0, g:end - 1] += forks * np.arange(seq.prompt_len + 1, seq.prompt_len + length - 1)
+        elif end - 1 > g:
+            forks = fork_counts(beam, length - 1)[generated:length - 1]  # beam steps generated .. length - 2
+            self._timeline[0, g:end - 1] += forks * np.arange(seq.prompt_len + generated, seq.prompt_len + length - 1)
+
+    def _put_aside(self, group: SequenceGroup) -> None:
+        """The paged manager's tables of a group joining the calendar, put aside: the first candidate keeps
+        the prompt's blocks (its partly filled last one too), the others none, and the blocks past them are
+        held (:meth:`~paged.block.PagedKVCacheManager.replace_tables`). O(blocks)."""
+        manager = self.scheduler.kv_manager
+        seqs = group.seqs
+        prompt_len = seqs[0].prompt_len
+        base, keep = prompt_len // self._block_size, -(-prompt_len // self._block_size)
+        tables = [manager.get_block_table(seq) for seq in seqs]
+        first = tables[0]
+        kept = set(first[:keep])
+        rest = list(dict.fromkeys(b for table in tables for b in table[base:] if b not in kept))
+        if rest or len(first) > keep:
+            manager.replace_tables([(seqs[0], first[:keep], prompt_len)], take=rest)
+            self._held += rest
+        manager.free_and_fork(seqs[1:], ())
 
     def _sync(self) -> None:
-        """Every running group's candidates up to date; the paged manager's blocks written out into their
-        tables (:meth:`_write_tables`). The calendar is emptied."""
+        """Every running group's candidates up to date and, on the paged manager, their tables written out
+        (:meth:`_write_tables`); the calendar is emptied and the run continues in :meth:`ServingLoop.step`
+        until nothing is swapped out (:meth:`_rebuild`)."""
         g = self._g
         manager = self.scheduler.kv_manager
         for group, off in self._offset.items():
@@ -125,13 +144,15 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         self._offset.clear()
         self._finish_at.clear()
         self._final.clear()
+        self._timeline[:, g:] = 0
         self._num_seqs = self._context = 0
+        self._on_calendar = False
 
     def _write_tables(self, group: SequenceGroup, generated: int, manager) -> None:
         """Give the candidates of ``group`` (``generated`` tokens each, the last not yet in the cache) the
-        block tables the step-by-step loop would have: the prompt's full blocks, then the blocks of the
-        replayed tree (:class:`~paged.sim.beam_blocks.BeamBlockTree`), laid out on the prompt's partly
-        filled block and the blocks held for the group. O(steps × width)."""
+        block tables the step-by-step loop would have (up to block ids): the prompt's full blocks, then the
+        blocks of the replayed tree (:class:`~paged.sim.beam_blocks.BeamBlockTree`), laid out on the first
+        candidate's block past them and the blocks held for the group. O(steps × width)."""
         seqs = group.seqs
         prompt_len = seqs[0].prompt_len
         bs = self._block_size
@@ -140,20 +161,24 @@ class BeamCalendarServingLoop(CalendarServingLoop):
             tree.decode()
             tree.beam_step()
         paths, live = tree.tables()
-        own = manager.get_block_table(seqs[0])  # the prefill's table: the prompt's blocks
+        own = manager.get_block_table(seqs[0])  # the prompt's blocks
         base = prompt_len // bs
-        spare = [own[base]] if prompt_len % bs else []  # the prompt's partly filled block
-        count = len(live) - len(spare)
+        count = len(live) - len(own) + base
         held = self._held[len(self._held) - count:] if count else []
         del self._held[len(self._held) - count:]
-        # Node 0, the prompt's partly filled block, keeps it while alive (live is sorted); any block will do.
-        where = dict(zip(live, spare + held))
+        where = dict(zip(live, own[base:] + held))  # the blocks past the prompt's full ones are interchangeable
         prompt = own[:base]
         manager.replace_tables([(seq, prompt + [where[node] for node in path], prompt_len + generated - 1)
-                                for seq, path in zip(seqs, paths)], held)
+                                for seq, path in zip(seqs, paths)], held=held)
 
     def _rebuild(self) -> None:
-        """Nothing to rebuild: once the run steps one iteration at a time it stays so."""
+        """Back on the calendar after :meth:`ServingLoop.step` once nothing is swapped out: every running
+        group joins it again (:meth:`_join`)."""
+        if self.scheduler.swapped:
+            return
+        self._on_calendar = True
+        for group in self.scheduler.running:
+            self._join(group)
 
     def abandon(self) -> list[SequenceGroup]:
         """:meth:`ServingLoop.abandon` after giving the manager back the blocks held past the groups'
@@ -166,51 +191,59 @@ class BeamCalendarServingLoop(CalendarServingLoop):
             for seq in group.seqs:
                 seq.num_generated = g - off
         self._offset.clear()
+        self._on_calendar = False
         return ServingLoop.abandon(self)
 
     def abort_request(self, request_id) -> bool:
-        """:meth:`ServingLoop.abort_request` on written-out tables; the run then steps one iteration at a time."""
-        self._go_stepwise()
-        return ServingLoop.abort_request(self, request_id)
-
-    def _go_stepwise(self) -> None:
-        if not self._stepwise:
+        """:meth:`ServingLoop.abort_request` on written-out tables (the calendar is rebuilt after)."""
+        if self._on_calendar:
             self._sync()
-            self._stepwise = True
+        try:
+            return ServingLoop.abort_request(self, request_id)
+        finally:
+            self._rebuild()
 
     # -- one step ----------------------------------------------------------------------
     def step(self) -> list[SequenceGroup]:
-        """One step (module docstring): a prefill, one decode iteration by the timeline, or
-        :meth:`ServingLoop.step` (nothing runs, or from the first decode that must preempt on). Whatever
-        escapes it aborts every request of the loop first (:meth:`abandon`)."""
-        if self._stepwise:
-            return ServingLoop.step(self)
-        try:
-            scheduler = self.scheduler
-            now = self.executor.now
-            self._admit_arrivals()
-            if scheduler.waiting and not scheduler.swapped:
-                outputs = scheduler.schedule_prefills()
-                if outputs.scheduled_seq_groups:
-                    return self._prefill(outputs, now)
-            if scheduler.running and not scheduler.swapped:
-                nxt, groups = self._next, self.groups
-                finished = self._beam_decode(now, groups[nxt].arrival_time if nxt < len(groups) else float("inf"))
-                if finished is not None:
-                    return finished
-                self._go_stepwise()  # the scheduler preempts: from here on, step by step
-        except BaseException:
-            self.abandon()
-            raise
-        return ServingLoop.step(self)
+        """One step (module docstring): a prefill, decode iterations by the timeline, or, when nothing runs,
+        the scheduler must preempt or something is swapped out, :meth:`ServingLoop.step` on written-out
+        tables (the calendar is rebuilt after it). Whatever escapes it aborts every request of the loop
+        first (:meth:`abandon`)."""
+        scheduler = self.scheduler
+        if self._on_calendar:
+            try:
+                now = self.executor.now
+                self._admit_arrivals()
+                if scheduler.waiting and not scheduler.swapped:
+                    outputs = scheduler.schedule_prefills()
+                    if outputs.scheduled_seq_groups:
+                        return self._prefill(outputs, now)
+                if scheduler.running and not scheduler.swapped:
+                    nxt, groups = self._next, self.groups
+                    finished = self._beam_decode(now, groups[nxt].arrival_time if nxt < len(groups) else float("inf"))
+                    if finished is not None:
+                        return finished
+                    self._sync()  # the scheduler preempts: one step on written-out tables
+            except BaseException:
+                self.abandon()
+                raise
+        finished = ServingLoop.step(self)
+        if not self._on_calendar:
+            try:
+                self._rebuild()
+            except BaseException:
+                self.abandon()
+                raise
+        return finished
 
     def _beam_decode(self, now: float, next_arrival: float) -> list[SequenceGroup] | None:
         """Decode iterations of every running group, each as :meth:`ServingLoop.step` runs it with the
         simulated executor: the first, then the following ones while no request arrives or finishes, every
         iteration's appends find their blocks free and no admission can change (a contiguous manager's
         memory does not change in a decode; on the paged one, drops free blocks, so the head of the queue
-        must be refused for another reason than memory, or nothing waits). None, changing nothing, if the
-        first iteration's appends need more blocks than are free (the scheduler would preempt)."""
+        must be refused for another reason than memory, or nothing waits). The blocks held for the groups
+        change once, by the step's net count. None, changing nothing, if the first iteration's appends need
+        more blocks than are free (the scheduler would preempt)."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
         finish_at, timeline = self._finish_at, self._timeline
@@ -223,20 +256,19 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         waiting = scheduler.waiting
         stable = not paged or not waiting or manager.can_allocate(waiting[0]) is AllocStatus.OK
         free = manager.get_num_free_gpu_blocks() if paged else 0
-        held = self._held
+        net = 0  # blocks held for the groups: taken minus freed (paged)
         t = now
         k = 0
         while True:
             start = t
             if paged:
                 taken, copies, freed = timeline[:, g].tolist()
-                if taken:
-                    if taken > free:
-                        if not k:
-                            return None
-                        break  # the next step's scheduler preempts
-                    held += manager.hold_blocks(taken)
-                    free -= taken
+                if taken > free:
+                    if not k:
+                        return None
+                    break  # the next step's scheduler preempts
+                free += freed - taken
+                net += taken - freed
                 if copies:
                     seconds = cost.block_copy_time(copies)
                     t = start + (seconds + decode_time(n, context))
@@ -244,10 +276,6 @@ class BeamCalendarServingLoop(CalendarServingLoop):
                     executor.cow_seconds += seconds
                 else:
                     t = start + decode_time(n, context)
-                if freed:
-                    manager.release_blocks(held[len(held) - freed:])
-                    del held[len(held) - freed:]
-                    free += freed
             else:
                 t = start + decode_time(n, context)
                 tokens = int(timeline[0, g])
@@ -269,23 +297,25 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         result.num_iterations += k
         result.batched_requests_sum += k * num_groups
         ending = finish_at.pop(g, None)
-        if ending is None:
-            self._context = context
-            return []
-        finished_status = SequenceStatus.FINISHED
-        for group in ending:
-            seqs = group.seqs
-            del self._offset[group]
-            for seq in seqs:
-                seq.num_generated = group.output_len
-                seq.status = finished_status
-            manager.free_and_fork(seqs, ())
-            if paged:
-                count = self._final.pop(group)
-                if count:
-                    manager.release_blocks(held[len(held) - count:])
-                    del held[len(held) - count:]
-            self._num_seqs -= len(seqs)
-            context -= len(seqs) * seqs[0].num_tokens
+        if ending is not None:
+            finished_status = SequenceStatus.FINISHED
+            final = self._final
+            for group in ending:
+                seqs = group.seqs
+                del self._offset[group]
+                for seq in seqs:
+                    seq.num_generated = group.output_len
+                    seq.status = finished_status
+                manager.free_and_fork(seqs, ())
+                if paged:
+                    net -= final.pop(group)
+                self._num_seqs -= len(seqs)
+                context -= len(seqs) * seqs[0].num_tokens
+        held = self._held
+        if net > 0:
+            held += manager.hold_blocks(net)
+        elif net < 0:
+            manager.release_blocks(held[net:])
+            del held[net:]
         self._context = context
-        return self._retire(scheduler.free_finished_seq_groups(ending))
+        return self._retire(scheduler.free_finished_seq_groups(ending)) if ending is not None else []
