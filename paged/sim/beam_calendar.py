@@ -66,7 +66,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
     executor with ``decode_time`` (:class:`paged.sim.executor.SimulatedExecutor` over a cost model) and
     groups for which :func:`applies`."""
 
-    __slots__ = ("_paged", "_timeline", "_final", "_held", "_on_calendar")
+    __slots__ = ("_paged", "_timeline", "_final", "_on_calendar")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
@@ -74,7 +74,6 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         # paged: rows blocks taken, copies, blocks freed; contiguous: KV tokens copied by forks
         self._timeline = np.zeros((3 if self._paged else 1, 4096), dtype=np.int64)
         self._final: dict[SequenceGroup, int] = {}  # paged: the blocks past its prompt a group frees at its end
-        self._held: list[int] = []  # paged: the blocks the manager holds for the groups past their prompts
         self._on_calendar = True  # False: the tables are written out and ServingLoop.step runs
 
     # -- the calendar ------------------------------------------------------------------
@@ -130,7 +129,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
 
     def _sync(self) -> None:
         """Every running group's candidates up to date and, on the paged manager, their tables written out
-        (:meth:`_write_tables`); the calendar is emptied and the run continues in :meth:`ServingLoop.step`
+        (:meth:`_write_beam_tables`); the calendar is emptied and the run continues in :meth:`ServingLoop.step`
         until nothing is swapped out (:meth:`_rebuild`)."""
         g = self._g
         manager = self.scheduler.kv_manager
@@ -138,7 +137,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
             for seq in group.seqs:
                 seq.num_generated = g - off
             if self._paged:
-                self._write_tables(group, g - off, manager)
+                self._write_beam_tables(group, g - off, manager)
         if self._held:
             raise RuntimeError(f"{len(self._held)} blocks held past the groups' tables")  # a bookkeeping error
         self._offset.clear()
@@ -148,7 +147,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         self._num_seqs = self._context = 0
         self._on_calendar = False
 
-    def _write_tables(self, group: SequenceGroup, generated: int, manager) -> None:
+    def _write_beam_tables(self, group: SequenceGroup, generated: int, manager) -> None:
         """Give the candidates of ``group`` (``generated`` tokens each, the last not yet in the cache) the
         block tables the step-by-step loop would have (up to block ids): the prompt's full blocks, then the
         blocks of the replayed tree (:class:`~paged.sim.beam_blocks.BeamBlockTree`), laid out on the first

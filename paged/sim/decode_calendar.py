@@ -78,13 +78,13 @@ class CalendarServingLoop(ServingLoop):
     (:class:`paged.sim.executor.SimulatedExecutor` over a cost model) and groups for which
     :func:`applies`."""
 
-    __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_need", "_cow", "_num_seqs", "_context", "_block_size",
-                 "_allocates", "_caching")
+    __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_lazy_buckets", "_need", "_lazy_need", "_cow", "_lazy",
+                 "_held", "_num_seqs", "_context", "_block_size", "_allocates", "_caching")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
         manager = scheduler.kv_manager
-        self._block_size = manager.block_size
+        bs = self._block_size = manager.block_size
         # A contiguous reservation already holds every token its request will write: no decode allocates.
         self._allocates = getattr(manager, "decode_allocates", True)
         # A prefix cache's evictions depend on the order of allocations and frees (module docstring).
@@ -92,15 +92,23 @@ class CalendarServingLoop(ServingLoop):
         self._g = 0
         self._offset: dict[SequenceGroup, int] = {}  # running group -> G - its sequences' generated tokens
         self._finish_at: dict[int, list[SequenceGroup]] = {}  # G at which they finish -> groups
-        self._buckets = [[] for _ in range(self._block_size)]  # G mod block_size -> groups crossing then
-        self._need = [0] * self._block_size  # G mod block_size -> blocks the bucket's crossings take
+        self._buckets = [[] for _ in range(bs)]  # G mod block_size -> one-sequence groups crossing then
+        self._lazy_buckets = [[] for _ in range(bs)]  # G mod block_size -> groups of samples crossing then
+        self._need = [0] * bs  # G mod block_size -> blocks the crossings then take
+        self._lazy_need = [0] * bs  # G mod block_size -> the part of them for groups of samples
         self._cow: list[SequenceGroup] = []  # groups whose first decode copies their shared last block
+        # A group of samples on the paged manager keeps the tables it joined with; the blocks its crossings
+        # and its first copies on write take are held in the manager (hold_blocks), written into its tables
+        # only when something reads them (_write_tables). Group -> (its generated tokens then, copies due).
+        self._lazy: dict[SequenceGroup, tuple[int, bool]] = {}
+        self._held: list[int] = []  # blocks the manager holds for those groups
         self._num_seqs = 0  # running sequences
         self._context = 0  # Σ tokens of the running sequences
 
     # -- the calendar ------------------------------------------------------------------
     def _join(self, group: SequenceGroup) -> None:
-        """Put a running group (its sequences up to date, all with the same tokens) on the calendar."""
+        """Put a running group (its sequences up to date, all with the same tokens, its tables the manager's)
+        on the calendar."""
         seqs = group.seqs
         width = len(seqs)
         seq = seqs[0]
@@ -112,16 +120,61 @@ class CalendarServingLoop(ServingLoop):
             # The next decode of a sequence with room for num_tokens - 1 tokens in whole blocks needs a
             # block when (num_tokens - 1) is a multiple of the block size: at G ≡ off + 1 - prompt.
             i = (off + 1 - seq.prompt_len) % self._block_size
-            self._buckets[i].append(group)
             self._need[i] += width
-            if width > 1 and generated == 1 and seq.prompt_len % self._block_size:
+            if width == 1:
+                self._buckets[i].append(group)
+            else:
+                self._lazy_buckets[i].append(group)
+                self._lazy_need[i] += width
                 # Prefilled once, not decoded yet: the samples share the prompt's partly filled last block.
-                self._cow.append(group)
+                cow = generated == 1 and seq.prompt_len % self._block_size > 0
+                if cow:
+                    self._cow.append(group)
+                self._lazy[group] = (generated, cow)
         self._num_seqs += width
         self._context += width * (seq.prompt_len + generated)
 
+    def _held_for(self, group: SequenceGroup, generated: int) -> int:
+        """Blocks held for a group of samples (:attr:`_lazy`) whose sequences have generated ``generated``
+        tokens (the last not yet in the cache). O(1)."""
+        joined, cow = self._lazy[group]
+        seqs = group.seqs
+        bs, prompt_len = self._block_size, seqs[0].prompt_len
+        held = len(seqs) * (-(-(prompt_len + generated - 1) // bs) + (prompt_len + joined - 1) // -bs)
+        return held + len(seqs) - 1 if cow and generated > joined else held
+
+    def _release(self, count: int) -> None:
+        """Give the manager back ``count`` of the blocks held (they are interchangeable)."""
+        if count:
+            held = self._held
+            self.scheduler.kv_manager.release_blocks(held[-count:])
+            del held[-count:]
+
+    def _write_tables(self, group: SequenceGroup, generated: int) -> None:
+        """Write a group of samples' held blocks into its sequences' tables: each gets the blocks of
+        ``prompt_len + generated - 1`` tokens, the first copies of its shared last block (all samples but the
+        last) included. O(blocks)."""
+        seqs = group.seqs
+        count = self._held_for(group, generated)
+        joined, cow = self._lazy.pop(group)
+        if not count:
+            return
+        manager = self.scheduler.kv_manager
+        held = self._held[-count:]
+        del self._held[-count:]
+        pool = iter(held)
+        tokens = seqs[0].prompt_len + generated - 1
+        blocks = -(-tokens // self._block_size)
+        tables = []
+        for i, seq in enumerate(seqs):
+            table = manager.get_block_table(seq)
+            if cow and i < len(seqs) - 1:
+                table.pop()  # the shared last block: the last sample writes it, the others a copy
+            tables.append((seq, table + [next(pool) for _ in range(blocks - len(table))], tokens))
+        manager.replace_tables(tables, held=held)
+
     def _leave(self, group: SequenceGroup) -> None:
-        """Take a running group off the calendar (its sequences up to date)."""
+        """Take a running group off the calendar (its sequences up to date, its held blocks given back)."""
         seqs = group.seqs
         seq = seqs[0]
         off = self._offset.pop(group)
@@ -131,14 +184,19 @@ class CalendarServingLoop(ServingLoop):
             del self._finish_at[off + group.output_len]
         if self._allocates:
             i = (off + 1 - seq.prompt_len) % self._block_size
-            self._buckets[i].remove(group)
             self._need[i] -= len(seqs)
-            if group in self._cow:
-                self._cow.remove(group)
+            if len(seqs) == 1:
+                self._buckets[i].remove(group)
+            else:
+                self._lazy_buckets[i].remove(group)
+                self._lazy_need[i] -= len(seqs)
+                self._lazy.pop(group, None)
+                if group in self._cow:
+                    self._cow.remove(group)
         self._num_seqs -= len(seqs)
         self._context -= len(seqs) * seq.num_tokens
 
-    def _sync(self) -> None:
+    def _clear(self) -> None:
         """Bring every running sequence's token count up to date and empty the calendar."""
         g = self._g
         for group, off in self._offset.items():
@@ -146,15 +204,33 @@ class CalendarServingLoop(ServingLoop):
                 seq.num_generated = g - off
         self._offset.clear()
         self._finish_at.clear()
-        for bucket in self._buckets:
-            bucket.clear()
-        self._need = [0] * self._block_size
+        bs = self._block_size
+        self._buckets = [[] for _ in range(bs)]
+        self._lazy_buckets = [[] for _ in range(bs)]
+        self._need = [0] * bs
+        self._lazy_need = [0] * bs
         self._cow.clear()
+        self._lazy.clear()
         self._num_seqs = self._context = 0
+
+    def _sync(self) -> None:
+        """Bring every running sequence up to date (token counts; the held blocks written into the tables)
+        and empty the calendar."""
+        g = self._g
+        for group in list(self._lazy):
+            self._write_tables(group, g - self._offset[group])
+        self._clear()
 
     def _rebuild(self) -> None:
         for group in self.scheduler.running:
             self._join(group)
+
+    def abandon(self) -> list[SequenceGroup]:
+        """:meth:`ServingLoop.abandon` after giving the manager back the blocks held past the tables and
+        bringing the token counts up to date (the aborted requests then free everything they hold)."""
+        self._release(len(self._held))
+        self._clear()
+        return ServingLoop.abandon(self)
 
     def abort_request(self, request_id) -> bool:
         """:meth:`ServingLoop.abort_request` on up-to-date sequences (the calendar is rebuilt after)."""
@@ -187,7 +263,6 @@ class CalendarServingLoop(ServingLoop):
             self._rebuild()
             return finished
         except BaseException:
-            self._sync()
             self.abandon()
             raise
 
@@ -221,15 +296,17 @@ class CalendarServingLoop(ServingLoop):
         step-by-step loop (module docstring)."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
-        buckets, needs, bs = self._buckets, self._need, self._block_size
+        buckets, needs, lazy_needs, bs = self._buckets, self._need, self._lazy_need, self._block_size
         finish_at = self._finish_at
         g0 = g = self._g
         cow = self._cow
         free = -1  # free blocks, read when a crossing needs them
+        copies = 0
         if self._allocates:
             need = needs[g % bs]
             for group in cow:
-                need += len(group.seqs) - 1
+                copies += len(group.seqs) - 1
+            need += copies
             if need:
                 free = (manager.num_total_slots - manager.num_used_slots) // bs
                 if need > free:  # the scheduler preempts
@@ -238,16 +315,12 @@ class CalendarServingLoop(ServingLoop):
         n = self._num_seqs
         decode_time = executor.decode_time
         context = self._context
-        if cow:  # the first iteration copies blocks: a step of its own
-            copies = []
-            self._cross(buckets[g % bs], g, manager)
-            for group in cow:
-                copies.extend(self._append(group, g, manager))
-            cow.clear()
-            seconds = executor.iteration_time.block_copy_time(len(copies))
+        if copies:  # the first iteration copies blocks: a step of its own
+            seconds = executor.iteration_time.block_copy_time(copies)
             t = now + (seconds + decode_time(n, context))
-            executor.cow_blocks += len(copies)
+            executor.cow_blocks += copies
             executor.cow_seconds += seconds
+            cow.clear()
             context += n
             g += 1
             k = 1
@@ -276,9 +349,13 @@ class CalendarServingLoop(ServingLoop):
             if later and self._caching and later + needs[g0 % bs] > manager.gpu_allocator.num_free_blocks - \
                     manager.gpu_allocator.num_evictable_blocks:
                 return None  # the run's crossings could evict cached blocks: the step-by-step loop's order decides
-            for i in range(g0, g):
-                if buckets[i % bs]:
-                    self._cross(buckets[i % bs], i, manager)
+        hold = copies
+        for i in range(g0, g):
+            if buckets[i % bs]:
+                self._cross(buckets[i % bs], i, manager)
+            hold += lazy_needs[i % bs]
+        if hold:
+            self._held += manager.hold_blocks(hold)
         self._g = g
         executor.now = t
         result.num_iterations += k
@@ -293,8 +370,9 @@ class CalendarServingLoop(ServingLoop):
         (:meth:`~paged.core.scheduler.Scheduler.schedule_decodes`, recomputation) on the groups that need
         blocks (crossings, first copies on write): walking the running groups in order, each takes what it
         needs, and while it does not fit the latest-arriving group is preempted (the needy one itself when
-        it is the latest). Groups that need nothing are kept. Then one iteration, as :meth:`ServingLoop.step`
-        with the simulated executor runs it; the calendar drops the preempted groups."""
+        it is the latest; a group of samples gives back its held blocks first). Groups that need nothing
+        are kept. Then one iteration, as :meth:`ServingLoop.step` with the simulated executor runs it; the
+        calendar drops the preempted groups."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
         offset = self._offset
@@ -303,26 +381,36 @@ class CalendarServingLoop(ServingLoop):
         running = scheduler.running
         outputs = SchedulerOutputs([], is_prefill=False)
         cow = set(self._cow)
-        needy = sorted((running.index(group), group) for group in [*self._buckets[g % bs], *self._cow])
+        needy = sorted((running.index(group), group)
+                       for group in [*self._buckets[g % bs], *self._lazy_buckets[g % bs], *self._cow])
         hi = len(running)
         free = (manager.num_total_slots - manager.num_used_slots) // bs
-        copies = []
+        copies = 0
         for pos, group in needy:
             if pos >= hi:
                 break  # preempted already
-            need = len(group.seqs) - (group in cow)
+            width = len(group.seqs)
+            need = width - (group in cow)
             while free < need:
                 hi = hi - 1 if hi - 1 > pos else pos
                 victim = running[hi]
+                generated = g - offset[victim]
                 for seq in victim.seqs:
-                    seq.num_generated = g - offset[victim]
+                    seq.num_generated = generated
+                if victim in self._lazy:
+                    self._release(self._held_for(victim, generated))
                 scheduler.preempt(victim, outputs)
                 free = (manager.num_total_slots - manager.num_used_slots) // bs
                 if hi == pos:
                     break
             if hi <= pos:
                 break
-            copies.extend(self._append(group, g, manager))
+            if width == 1:
+                self._append(group, g, manager)
+            else:
+                self._held += manager.hold_blocks(need)
+                if group in cow:
+                    copies += need
             free -= need
         del running[hi:]
         outputs.scheduled_seq_groups = list(running)
@@ -338,9 +426,9 @@ class CalendarServingLoop(ServingLoop):
             return []
         num_seqs, context = self._num_seqs, self._context
         if copies:
-            seconds = executor.iteration_time.block_copy_time(len(copies))
+            seconds = executor.iteration_time.block_copy_time(copies)
             t = now + (seconds + executor.decode_time(num_seqs, context))
-            executor.cow_blocks += len(copies)
+            executor.cow_blocks += copies
             executor.cow_seconds += seconds
         else:
             t = now + executor.decode_time(num_seqs, context)
@@ -364,42 +452,46 @@ class CalendarServingLoop(ServingLoop):
         if self._caching and len(ending) > 1:  # freed in running order, as the step-by-step loop frees them
             ending.sort(key=scheduler.running.index)
         finish = scheduler.finish_seq
-        offset, buckets, needs, bs = self._offset, self._buckets, self._need, self._block_size
+        offset, needs, bs = self._offset, self._need, self._block_size
         for group in ending:
             seqs = group.seqs
             del offset[group]
+            length = group.output_len
             for seq in seqs:
-                seq.num_generated = group.output_len
+                seq.num_generated = length
+            if self._allocates:
+                i = (g - length + 1 - seqs[0].prompt_len) % bs
+                needs[i] -= len(seqs)
+                if len(seqs) == 1:
+                    self._buckets[i].remove(group)
+                else:
+                    self._lazy_buckets[i].remove(group)
+                    self._lazy_need[i] -= len(seqs)
+                    self._release(self._held_for(group, length))
+                    del self._lazy[group]
+            for seq in seqs:
                 finish(seq)
             self._num_seqs -= len(seqs)
             context -= len(seqs) * seqs[0].num_tokens
-            if self._allocates:
-                i = (g - group.output_len + 1 - seqs[0].prompt_len) % bs
-                buckets[i].remove(group)
-                needs[i] -= len(seqs)
         self._context = context
         return self._retire(scheduler.free_finished_seq_groups(ending))
 
     def _cross(self, bucket: list, g: int, manager) -> None:
-        """The groups of ``bucket`` cross a block boundary in the decode at ``G = g``: bring them up to
-        date and let the manager give each sequence its block."""
+        """The one-sequence groups of ``bucket`` cross a block boundary in the decode at ``G = g``: bring
+        them up to date and let the manager give each its block."""
         offset = self._offset
         append_slots = manager.append_slots
         for group in bucket:
-            generated = g - offset[group]
-            for seq in group.seqs:
-                seq.num_generated = generated
-                append_slots(seq)
+            seq = group.seqs[0]
+            seq.num_generated = g - offset[group]
+            append_slots(seq)
 
-    def _append(self, group: SequenceGroup, g: int, manager) -> list[tuple[int, int]]:
-        """Bring ``group`` up to date for the decode at ``G = g`` and let the manager make room for its
-        sequences' tokens, in group order; the copy-on-write pairs."""
-        generated = g - self._offset[group]
-        copies = []
-        for seq in group.seqs:
-            seq.num_generated = generated
-            copies.extend(manager.append_slots(seq))
-        return copies
+    def _append(self, group: SequenceGroup, g: int, manager) -> None:
+        """Bring a one-sequence ``group`` up to date for the decode at ``G = g`` and let the manager make
+        room for its token."""
+        seq = group.seqs[0]
+        seq.num_generated = g - self._offset[group]
+        manager.append_slots(seq)
 
     def _retire(self, finished: list[SequenceGroup]) -> list[SequenceGroup]:
         now = self.executor.now
