@@ -93,7 +93,6 @@ class PagedKVCacheManager:
         self._next_full = self._chains.next_full if enable_prefix_caching else None
         self._memo: tuple | None = None  # the last prefill plan (see _plan)
         self._version = 0  # counts the changes to tables and cache (see _plan)
-        self._layout_version = 0  # counts the changes to _layouts and _reserved (see _plan)
 
     @property
     def shares_across_groups(self) -> bool:
@@ -103,21 +102,17 @@ class PagedKVCacheManager:
     # -- planning a prefill (changes nothing) ----------------------------------------------
     def _plan(self, seq_group: SequenceGroup) -> PrefillPlan:
         """The plan of a prefill of ``seq_group`` now. The scheduler asks three questions of the same
-        group in a row (budget, fit, allocation), and asks again at every iteration while the group waits
-        at the head of the queue; the plan is reused while nothing it reads has changed. With a prefix
-        cache it reads the cache (every method that changes a block table or the cache counts a new
-        version); without one only the group, the layouts of preempted groups and the reserved prefixes
-        (their changes count a layout version; a waiting group's sequences do not change)."""
+        group in a row (budget, fit, allocation); the plan is reused while nothing has changed (every
+        method that changes a block table or the cache counts a new version)."""
         memo = self._memo
-        version = self._version if self._chains is not None else self._layout_version
         # Keyed on the group object itself, not id(): the memo holds a reference, so a discarded
         # group's address cannot be reused by a new group that would then get the stale plan.
-        if memo is not None and memo[0] is seq_group and memo[1] == version:
+        if memo is not None and memo[0] is seq_group and memo[1] == self._version:
             return memo[2]
         plan = plan_prefill(seq_group, block_size=self.block_size, allocator=self.gpu_allocator,
                             layouts=self._layouts, reserved=self._reserved,
                             cache_hits=self._chains.cache_hits if self._chains else None)
-        self._memo = (seq_group, version, plan)
+        self._memo = (seq_group, self._version, plan)
         return plan
 
     # -- admission --------------------------------------------------------------------
@@ -200,7 +195,6 @@ class PagedKVCacheManager:
             return [0] + [seq.num_tokens] * (len(seqs) - 1)
         plan = self._plan(seq_group)
         self._version += 1
-        self._layout_version += 1
         if plan.needed > allocator.num_free_blocks:
             raise OutOfBlocksError(f"the prefill needs {plan.needed} free blocks, {allocator.num_free_blocks} are free")
         if plan.reserve:
@@ -219,11 +213,13 @@ class PagedKVCacheManager:
                 else:
                     blocks.append(-1)
             chosen.append(blocks)
-        for j, sources in enumerate(plan.sources):  # then new blocks, and blocks shared with a sibling
+        # then new blocks (taken in one call, in the order of the plan), and blocks shared with a sibling
+        fresh = iter(allocator.allocate_blocks(sum(kind == NEW for sources in plan.sources for kind, _ in sources)))
+        for j, sources in enumerate(plan.sources):
             blocks = chosen[j]
             for i, (kind, value) in enumerate(sources):
                 if kind == NEW:
-                    blocks[i] = allocator.allocate()
+                    blocks[i] = next(fresh)
                 elif kind == SIBLING:
                     blocks[i] = chosen[value][i]
                     allocator.incref(blocks[i])
@@ -421,8 +417,8 @@ class PagedKVCacheManager:
             table = tables.pop(seq.seq_id, None)
             if table is not None:
                 table.free()
-            if layouts and layouts.pop(seq.seq_id, None) is not None:
-                self._layout_version += 1
+            if layouts:
+                layouts.pop(seq.seq_id, None)
         for parent, child in forks:
             tables[child.seq_id] = tables[parent.seq_id].fork()
 
@@ -432,8 +428,8 @@ class PagedKVCacheManager:
         table = self.block_tables.pop(seq.seq_id, None)
         if table is not None:
             table.free()
-        if self._layouts and self._layouts.pop(seq.seq_id, None) is not None:
-            self._layout_version += 1
+        if self._layouts:
+            self._layouts.pop(seq.seq_id, None)
         if self._chains is not None:
             self._chains.drop(seq)
 
@@ -441,7 +437,6 @@ class PagedKVCacheManager:
         """Free the group's running sequences' tables, preempted by recomputation (§4.5), remembering
         their full blocks so that :meth:`allocate` shares again exactly what they shared. O(blocks)."""
         self._version += 1
-        self._layout_version += 1
         bs = self.block_size
         for seq in seq_group.seqs:
             if seq.status is SequenceStatus.RUNNING:
