@@ -201,28 +201,30 @@ class PagedKVCacheManager:
             self._reserved[seq_group.prefix_len] = [allocator.allocate() for _ in range(plan.reserve)]
         pinned = self._reserved.get(seq_group.prefix_len, [])
         chosen: list[list[int]] = []
-        for sources in plan.sources:  # first take every reused block, so no allocation evicts one of them
+        later = []  # (sequence, position, source) of the new blocks and those shared with a sibling
+        pins = []  # reserved-prefix blocks taken (a reference each)
+        for j, sources in enumerate(plan.sources):  # first take every reused block, so no allocation evicts one
             blocks = []
-            for kind, value in sources:
-                if kind == HIT:
+            for i, (kind, value) in enumerate(sources):
+                if kind == PREFIX:
+                    pins.append(pinned[value])
+                    blocks.append(pinned[value])
+                elif kind == HIT:
                     allocator.reuse(value)
                     blocks.append(value)
-                elif kind == PREFIX:
-                    allocator.incref(pinned[value])
-                    blocks.append(pinned[value])
                 else:
                     blocks.append(-1)
+                    later.append((j, i, kind, value))
             chosen.append(blocks)
+        allocator.incref_all(pins)
         # then new blocks (taken in one call, in the order of the plan), and blocks shared with a sibling
-        fresh = iter(allocator.allocate_blocks(sum(kind == NEW for sources in plan.sources for kind, _ in sources)))
-        for j, sources in enumerate(plan.sources):
-            blocks = chosen[j]
-            for i, (kind, value) in enumerate(sources):
-                if kind == NEW:
-                    blocks[i] = next(fresh)
-                elif kind == SIBLING:
-                    blocks[i] = chosen[value][i]
-                    allocator.incref(blocks[i])
+        fresh = iter(allocator.allocate_blocks(sum(kind == NEW for _, _, kind, _ in later)))
+        for j, i, kind, value in later:
+            if kind == NEW:
+                chosen[j][i] = next(fresh)
+            else:
+                chosen[j][i] = block = chosen[value][i]
+                allocator.incref(block)
         first = None
         for j, seq in enumerate(plan.seqs[:len(plan.sources)]):
             table = BlockTable.from_blocks(allocator, chosen[j], seq.num_tokens)
