@@ -246,10 +246,10 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
         finish_at, timeline = self._finish_at, self._timeline
-        decode_time = executor.decode_time
         cost = executor.iteration_time
         g = self._g
         n, context = self._num_seqs, self._context
+        decode_time = self._decode_time_of(n)
         num_groups = len(scheduler.running)
         paged = self._paged
         waiting = scheduler.waiting
@@ -270,13 +270,13 @@ class BeamCalendarServingLoop(CalendarServingLoop):
                 net += taken - freed
                 if copies:
                     seconds = cost.block_copy_time(copies)
-                    t = start + (seconds + decode_time(n, context))
+                    t = start + (seconds + decode_time(context))
                     executor.cow_blocks += copies
                     executor.cow_seconds += seconds
                 else:
-                    t = start + decode_time(n, context)
+                    t = start + decode_time(context)
             else:
-                t = start + decode_time(n, context)
+                t = start + decode_time(context)
                 tokens = int(timeline[0, g])
                 if tokens:
                     seconds = cost.kv_copy_time(tokens)

@@ -57,6 +57,9 @@ are there): the manager grows them to the sequence's count when asked.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 from paged.core.scheduler import SchedulerOutputs
 from paged.core.serving_loop import ServingLoop
 from paged.core.sequence import SequenceGroup
@@ -79,7 +82,7 @@ class CalendarServingLoop(ServingLoop):
     :func:`applies`."""
 
     __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_lazy_buckets", "_need", "_lazy_need", "_cow", "_lazy",
-                 "_held", "_num_seqs", "_context", "_block_size", "_allocates", "_caching")
+                 "_held", "_num_seqs", "_context", "_block_size", "_allocates", "_caching", "_decode_times")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
@@ -104,6 +107,17 @@ class CalendarServingLoop(ServingLoop):
         self._held: list[int] = []  # blocks the manager holds for those groups
         self._num_seqs = 0  # running sequences
         self._context = 0  # Σ tokens of the running sequences
+        self._decode_times: dict[int, Callable[[int], float]] = {}  # batch size -> decode seconds of a context
+
+    def _decode_time_of(self, num_seqs: int) -> Callable[[int], float]:
+        """The time model's decode seconds of ``num_seqs`` sequences as a function of the context tokens
+        (its ``decode_time_of``, made once per batch size; the same seconds as ``decode_time``)."""
+        fn = self._decode_times.get(num_seqs)
+        if fn is None:
+            of = getattr(self.executor.iteration_time, "decode_time_of", None)
+            fn = self._decode_times[num_seqs] = of(num_seqs) if of is not None else \
+                partial(self.executor.decode_time, num_seqs)
+        return fn
 
     # -- the calendar ------------------------------------------------------------------
     def _join(self, group: SequenceGroup) -> None:
@@ -313,11 +327,12 @@ class CalendarServingLoop(ServingLoop):
                     return None if scheduler.preemption_mode == "swap" else self._preempting_decode(now, next_arrival)
                 free -= need
         n = self._num_seqs
-        decode_time = executor.decode_time
+        decode_time = self._decode_time_of(n)
         context = self._context
+        crossed = [g] if free >= 0 else []  # the iterations whose crossings take blocks
         if copies:  # the first iteration copies blocks: a step of its own
             seconds = executor.iteration_time.block_copy_time(copies)
-            t = now + (seconds + decode_time(n, context))
+            t = now + (seconds + decode_time(context))
             executor.cow_blocks += copies
             executor.cow_seconds += seconds
             cow.clear()
@@ -325,7 +340,7 @@ class CalendarServingLoop(ServingLoop):
             g += 1
             k = 1
         else:
-            t = now + decode_time(n, context)
+            t = now + decode_time(context)
             context += n
             g += 1
             k = 1
@@ -340,7 +355,8 @@ class CalendarServingLoop(ServingLoop):
                             break  # the next iteration would need more blocks than are free
                         free -= need
                         later += need
-                    t += decode_time(n, context)
+                        crossed.append(g)
+                    t += decode_time(context)
                     context += n
                     g += 1
                     k += 1
@@ -350,7 +366,7 @@ class CalendarServingLoop(ServingLoop):
                     manager.gpu_allocator.num_evictable_blocks:
                 return None  # the run's crossings could evict cached blocks: the step-by-step loop's order decides
         hold = copies
-        for i in range(g0, g):
+        for i in crossed:
             if buckets[i % bs]:
                 self._cross(buckets[i % bs], i, manager)
             hold += lazy_needs[i % bs]
@@ -427,11 +443,11 @@ class CalendarServingLoop(ServingLoop):
         num_seqs, context = self._num_seqs, self._context
         if copies:
             seconds = executor.iteration_time.block_copy_time(copies)
-            t = now + (seconds + executor.decode_time(num_seqs, context))
+            t = now + (seconds + self._decode_time_of(num_seqs)(context))
             executor.cow_blocks += copies
             executor.cow_seconds += seconds
         else:
-            t = now + executor.decode_time(num_seqs, context)
+            t = now + self._decode_time_of(num_seqs)(context)
         self._g = g + 1
         executor.now = t
         result.num_iterations += 1

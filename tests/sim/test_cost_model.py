@@ -106,3 +106,22 @@ def test_efficiency_factors_have_sourced_ends_and_move_time_the_right_way():
     for bad in (0, 1.5, True, "0.8"):
         with pytest.raises(ValueError, match="memory_efficiency must be a fraction"):
             get_cost_model("opt-13b", memory_efficiency=bad)
+
+
+@pytest.mark.parametrize("cpu_scale", [0.0, 1.0, 2.0])
+@pytest.mark.parametrize("block_size", [1, 16, 128])
+@pytest.mark.parametrize("preset", ["opt-13b", "opt-175b", "llama-13b"])
+def test_decode_time_of_a_batch_is_decode_time_bit_for_bit(preset, block_size, cpu_scale):
+    """The simulator's calendars sum per-iteration times from decode_time_of: exactly decode_time's floats."""
+    import random
+
+    from paged.sim.linear_cost import LinearCostModel
+
+    rng = random.Random(block_size)
+    for model in (get_cost_model(preset, block_size=block_size, cpu_scale=cpu_scale),
+                  get_cost_model(preset, block_size=block_size, cpu_scale=cpu_scale, paged_kernel=False),
+                  LinearCostModel((0.01, 1e-4 * cpu_scale, 3e-7), (0.01, 0.0, 1e-5, 1e-9))):
+        for _ in range(200):
+            n = rng.randint(1, 512)
+            of = model.decode_time_of(n)
+            assert all(of(c) == model.decode_time(n, c) for c in (n, rng.randint(n, 10**6), rng.randint(n, 10**8)))
