@@ -95,13 +95,16 @@ def plan_prefill(seq_group: SequenceGroup, *, block_size: int, allocator: BlockA
             sources = []
         old = layouts.get(seq.seq_id, ())[:limit]
         if old:
-            for i in range(len(sources), num_blocks):
-                holder = first_holder.get(old[i], j) if i < len(old) else j
+            shared = len(sources)  # blocks taken from the prefix or the cache
+            get = first_holder.get
+            for block in old[shared:]:  # a block an earlier sequence held too is shared again
+                holder = get(block, j)
                 sources.append((SIBLING, holder) if holder != j else (NEW, 0))
+            sources.extend([(NEW, 0)] * (num_blocks - len(sources)))
             for block in old:
                 first_holder.setdefault(block, j)
-            covered = next((i for i, (kind, _) in enumerate(sources) if kind == NEW), num_blocks)
-            new = sum(kind == NEW for kind, _ in sources)
+            covered = next((i for i in range(shared, num_blocks) if sources[i][0] == NEW), num_blocks)
+            new = sum(kind == NEW for kind, _ in sources[shared:])
         else:  # nothing held before: every block past the shared ones is new (the common case, in one step)
             covered = len(sources)
             new = num_blocks - covered
