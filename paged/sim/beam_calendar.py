@@ -16,19 +16,24 @@ so :class:`BeamCalendarServingLoop` serves the same iterations without touching 
   copy-on-write copies among them (priced by the cost model's ``block_copy_time``, §4.4) and the
   blocks the beam steps free (paged); or of the KV tokens its forks copy (contiguous: charged with
   ``kv_copy_time``). A decode iteration reads one column: O(1) however many groups run;
-* the paged manager holds the right number of blocks at every moment anything reads them: the blocks a
-  group takes past its prompt are held in the manager with :meth:`~paged.block.PagedKVCacheManager.hold_blocks`
-  and given back as its steps free them (the group's own tables stay those of its prefill, the prompt's
-  blocks); a contiguous group's reservations are the same whichever candidate holds them.
+* the paged manager holds the right number of blocks at every moment anything reads them: a joining
+  group's tables are put aside (its first candidate keeps a table of the prompt's blocks, the others
+  none), the blocks past them are held in the manager
+  (:meth:`~paged.block.PagedKVCacheManager.hold_blocks`), and each step changes the blocks held by its
+  net count (taken by appends, less freed by drops and finishing groups); a contiguous group's
+  reservations are the same whichever candidate holds them, and a decode changes none.
 
 Every decision stays the real :class:`~paged.core.scheduler.Scheduler`'s: each step admits arrivals and
 schedules prefills with it, finished groups are freed through the manager, and a decode whose appends
 need more blocks than are free (the scheduler would preempt) first writes out every group's block
 tables as the step-by-step loop would have them (:class:`~paged.sim.beam_blocks.BeamBlockTree`,
-:meth:`~paged.block.PagedKVCacheManager.replace_tables`) and hands the rest of the run to
-:meth:`ServingLoop.step`. Beam groups step one iteration at a time in the step-by-step loop (each step
-changes the block tree), so each step here is one iteration too: the same float additions in the same
-order, every result bit-identical (``tests/sim/test_beam_calendar.py``); only physical block ids and
+:meth:`~paged.block.PagedKVCacheManager.replace_tables`) and runs :meth:`ServingLoop.step` (while
+anything is swapped out, every step); then the running groups join the calendar again from their
+current step (a group prefilled again after recomputation, or swapped back in, has the blocks the
+recorded search has at that step, so its profile holds from there). In the step-by-step loop every beam
+iteration is a step of its own (each changes the block tree), so a step here runs iterations one by
+one, with the same float additions in the same order, and runs several only while no admission can
+change: every result bit-identical (``tests/sim/test_beam_calendar.py``); only physical block ids and
 the ids of forked sequences differ. A finished group keeps the sequences it had when it joined, each
 with its output length.
 

@@ -12,18 +12,23 @@ with the simulated executor, but does not touch every sequence in every decode i
 * the groups whose next decode crosses a block boundary are kept in ``block_size`` buckets by
   ``G mod block_size``, with the blocks each bucket takes (a group of ``n`` parallel samples takes
   ``n``: after its first decode the samples advance in lock-step, each in blocks of its own); at each
-  decode iteration only that bucket's groups are brought up to date and given their new blocks by the
-  KV cache manager (``append_slots``), so every block a sequence holds is the manager's own and the
-  free pool is exact at every admission decision;
+  decode iteration only that bucket's one-sequence groups are brought up to date and given their new
+  blocks by the KV cache manager (``append_slots``), so the free pool is exact at every admission
+  decision;
 * the first decode of a new group of ``n`` samples whose prompt ends inside a block copies that shared
-  last block on write (``n - 1`` copies, §4.4): it is done by the manager in the first iteration of a
-  decode step, which then, as in the step-by-step loop, is that one iteration (its time includes the
-  copies, priced by the cost model's ``block_copy_time``);
+  last block on write (``n - 1`` copies, §4.4); that iteration is a step of its own, as in the
+  step-by-step loop, its time including the copies (the cost model's ``block_copy_time``);
+* a group of samples on the paged manager keeps the tables it joined the batch with: the blocks its
+  crossings and its copies take are held in the manager (``hold_blocks``, one call per step for all
+  groups) and written into its tables only before something reads them (a step of
+  :meth:`ServingLoop.step`, an abort); the blocks a group holds follow from its tokens in closed form,
+  and a group that finishes or is preempted gives them back with its tables (preemption by
+  recomputation remembers only the tables' full blocks, the prompt's, which are all its samples share);
 * the requests finishing at each value of ``G`` are kept in a dict;
 * the batch's sequences and context tokens (the cost model's input) are running sums.
 
-A decode step then costs O(1 + crossings + finishes) instead of O(running sequences), and a prefill
-step O(admitted requests). Everything else (the prefill admission, preemption, swapping) is the real
+A decode step then costs O(1 + one-sequence crossings + finishes) instead of O(running sequences), and
+a prefill step O(admitted requests). Everything else (the prefill admission, preemption, swapping) is the real
 :class:`~paged.core.scheduler.Scheduler`'s: a step that is not a plain decode in which every crossing
 finds a free block — a decode that must preempt by swapping, anything swapped out, no running
 request — brings every sequence up to date and runs :meth:`ServingLoop.step` itself; the calendar is
