@@ -182,3 +182,39 @@ def test_prefix_cached_decodes_register_nothing(monkeypatch):
              record_memory=False, fast_forward=False)
     assert any(count for prefill, count in log if prefill)
     assert not any(count for prefill, count in log if not prefill)
+
+
+def test_parallel_samples_an_exception_or_an_abort_leaves_no_block_held():
+    """Blocks held for groups of samples outside their tables go back on an abort and on an escaping exception."""
+    from paged.core.scheduler import Scheduler
+    from paged.sim.simulator import groups_from_trace
+
+    requests = synthetic_trace(40, 40.0, seed=5, max_prompt=120, max_output=80)
+    cost = get_cost_model("opt-13b")
+
+    def stop(finished):
+        raise KeyboardInterrupt
+
+    manager = _manager("paged", 16, 1 << 14)
+    loop = CalendarServingLoop(Scheduler(manager), SimulatedExecutor(cost), groups_from_trace(requests, n=4),
+                               on_finish=stop)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run()
+    assert manager.num_used_slots == 0 and not loop.has_work
+    manager.check_invariants()
+
+    manager = _manager("paged", 16, 1 << 14)
+    groups = groups_from_trace(requests, n=4)
+    loop = CalendarServingLoop(Scheduler(manager), SimulatedExecutor(cost), groups)
+    for _ in range(60):
+        loop.step()
+    victim = loop.scheduler.running[0]  # the earliest arrival still running: it has crossed into new blocks
+    held = manager.num_used_slots
+    assert loop.abort_request(victim.request_id)
+    assert manager.num_used_slots < held
+    manager.check_invariants()  # the other groups' held blocks are in their tables again
+    result = loop.run()
+    assert victim.aborted and all(g.finished_time is not None for g in result.groups)
+    assert all(s.num_generated == g.output_len for g in result.groups if not g.aborted for s in g.seqs)
+    assert manager.num_used_slots == 0
+    manager.check_invariants()
