@@ -151,6 +151,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         self._timeline[:, g:] = 0
         self._num_seqs = self._context = 0
         self._on_calendar = False
+        self._refused = False
 
     def _write_beam_tables(self, group: SequenceGroup, generated: int, manager) -> None:
         """Give the candidates of ``group`` (``generated`` tokens each, the last not yet in the cache) the
@@ -218,10 +219,13 @@ class BeamCalendarServingLoop(CalendarServingLoop):
             try:
                 now = self.executor.now
                 self._admit_arrivals()
-                if scheduler.waiting and not scheduler.swapped:
+                if scheduler.waiting and not scheduler.swapped and not self._refused:
                     outputs = scheduler.schedule_prefills()
                     if outputs.scheduled_seq_groups:
                         return self._prefill(outputs, now)
+                    # Refused for a reason a decode cannot change (drops free paged blocks: not memory there).
+                    self._refused = not self._paged or \
+                        scheduler.kv_manager.can_allocate(scheduler.waiting[0]) is AllocStatus.OK
                 if scheduler.running and not scheduler.swapped:
                     nxt, groups = self._next, self.groups
                     finished = self._beam_decode(now, groups[nxt].arrival_time if nxt < len(groups) else float("inf"))
@@ -257,8 +261,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         decode_time = self._decode_time_of(n)
         num_groups = len(scheduler.running)
         paged = self._paged
-        waiting = scheduler.waiting
-        stable = not paged or not waiting or manager.can_allocate(waiting[0]) is AllocStatus.OK
+        stable = not scheduler.waiting or self._refused  # no admission can change before a finish or an arrival
         free = manager.get_num_free_gpu_blocks() if paged else 0
         net = 0  # blocks held for the groups: taken minus freed (paged)
         t = now
@@ -302,6 +305,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         result.batched_requests_sum += k * num_groups
         ending = finish_at.pop(g, None)
         if ending is not None:
+            self._refused = False
             finished_status = SequenceStatus.FINISHED
             final = self._final
             for group in ending:

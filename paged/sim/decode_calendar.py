@@ -28,7 +28,9 @@ with the simulated executor, but does not touch every sequence in every decode i
 * the batch's sequences and context tokens (the cost model's input) are running sums.
 
 A decode step then costs O(1 + one-sequence crossings + finishes) instead of O(running sequences), and
-a prefill step O(admitted requests). Everything else (the prefill admission, preemption, swapping) is the real
+a prefill step O(admitted requests). Once the scheduler has refused the head of the queue, it is not asked
+again until a request leaves the running batch (finishes or is preempted): a decode only takes memory and
+an arrival joins the tail, so until then it would refuse the same request for the same reason. Everything else (the prefill admission, preemption, swapping) is the real
 :class:`~paged.core.scheduler.Scheduler`'s: a step that is not a plain decode in which every crossing
 finds a free block — a decode that must preempt by swapping, anything swapped out, no running
 request — brings every sequence up to date and runs :meth:`ServingLoop.step` itself; the calendar is
@@ -87,7 +89,7 @@ class CalendarServingLoop(ServingLoop):
     :func:`applies`."""
 
     __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_lazy_buckets", "_need", "_lazy_need", "_cow", "_lazy",
-                 "_held", "_num_seqs", "_context", "_block_size", "_allocates", "_caching", "_decode_times")
+                 "_held", "_num_seqs", "_context", "_block_size", "_allocates", "_caching", "_decode_times", "_refused")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
@@ -113,6 +115,9 @@ class CalendarServingLoop(ServingLoop):
         self._num_seqs = 0  # running sequences
         self._context = 0  # Σ tokens of the running sequences
         self._decode_times: dict[int, Callable[[int], float]] = {}  # batch size -> decode seconds of a context
+        # The scheduler refused the head of the queue and nothing that could change that has happened since
+        # (no request left the running batch): admission is not asked again (module docstring).
+        self._refused = False
 
     def _decode_time_of(self, num_seqs: int) -> Callable[[int], float]:
         """The time model's decode seconds of ``num_seqs`` sequences as a function of the context tokens
@@ -231,6 +236,7 @@ class CalendarServingLoop(ServingLoop):
         self._cow.clear()
         self._lazy.clear()
         self._num_seqs = self._context = 0
+        self._refused = False
 
     def _sync(self) -> None:
         """Bring every running sequence up to date (token counts; the held blocks written into the tables)
@@ -269,10 +275,11 @@ class CalendarServingLoop(ServingLoop):
             num_groups = len(groups)
             now = self.executor.now
             nxt = self._admit_arrivals()
-            if scheduler.waiting and not scheduler.swapped:
+            if scheduler.waiting and not scheduler.swapped and not self._refused:
                 outputs = scheduler.schedule_prefills()
                 if outputs.scheduled_seq_groups:
                     return self._prefill(outputs, now)
+                self._refused = True
             if scheduler.running and not scheduler.swapped:
                 finished = self._decode(now, groups[nxt].arrival_time if nxt < num_groups else float("inf"))
                 if finished is not None:
@@ -401,6 +408,7 @@ class CalendarServingLoop(ServingLoop):
         bs = self._block_size
         running = scheduler.running
         outputs = SchedulerOutputs([], is_prefill=False)
+        self._refused = False  # preempted groups go back to the head of the queue
         cow = set(self._cow)
         needy = sorted((running.index(group), group)
                        for group in [*self._buckets[g % bs], *self._lazy_buckets[g % bs], *self._cow])
@@ -469,6 +477,7 @@ class CalendarServingLoop(ServingLoop):
         if ending is None:
             self._context = context
             return []
+        self._refused = False  # their memory and sequences go back: the head of the queue may fit now
         scheduler = self.scheduler
         if self._caching and len(ending) > 1:  # freed in running order, as the step-by-step loop frees them
             ending.sort(key=scheduler.running.index)
