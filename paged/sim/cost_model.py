@@ -45,6 +45,7 @@ import numbers
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from paged.sim.deployment import get_deployment
 from paged.sim.iteration_cost import IterationCostModel
@@ -287,7 +288,10 @@ class CostModel(IterationCostModel):
         """:meth:`decode_time` of ``num_seqs`` sequences as a function of the context tokens alone: the
         terms that do not depend on the context computed once, the others with the same operations in the
         same order, so it returns exactly the same seconds (for loops that run many decode iterations of
-        one batch, the simulator's calendars). O(1) per call of the function."""
+        one batch, the simulator's calendars). A subclass that overrides :meth:`decode_time` gets its own
+        (bound to ``num_seqs``): whatever it does per iteration still happens. O(1) per call of the function."""
+        if type(self).decode_time is not CostModel.decode_time:
+            return partial(self.decode_time, num_seqs)
         m, g = self.model, self.server.num_gpus
         base = self._linear_time(num_seqs, num_seqs) + self._fixed_time(num_seqs)
         kv_bytes, bw, slowdown, bs = m.kv_bytes_per_token, self._bw, self.attention_slowdown, self.block_size

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from numbers import Real
 
 import numpy as np
@@ -65,7 +66,10 @@ class LinearCostModel(IterationCostModel):
 
     def decode_time_of(self, num_seqs: int) -> Callable[[int], float]:
         """:meth:`decode_time` of ``num_seqs`` sequences as a function of the context tokens alone (the
-        same seconds: ``a + b·n`` computed once, then plus ``c·context``)."""
+        same seconds: ``a + b·n`` computed once, then plus ``c·context``; a subclass that overrides
+        :meth:`decode_time` gets its own, bound to ``num_seqs``)."""
+        if type(self).decode_time is not LinearCostModel.decode_time:
+            return partial(self.decode_time, num_seqs)
         a, b, c = self.decode
         fixed = a + b * num_seqs
         return lambda context_tokens: fixed + c * context_tokens

@@ -125,3 +125,21 @@ def test_decode_time_of_a_batch_is_decode_time_bit_for_bit(preset, block_size, c
             n = rng.randint(1, 512)
             of = model.decode_time_of(n)
             assert all(of(c) == model.decode_time(n, c) for c in (n, rng.randint(n, 10**6), rng.randint(n, 10**8)))
+
+
+def test_decode_time_of_follows_an_overridden_decode_time():
+    """A cost model that overrides decode_time (a recorder) is still called once per iteration."""
+    from dataclasses import fields
+
+    from paged.sim.cost_model import CostModel
+
+    calls = []
+
+    class Counting(CostModel):
+        def decode_time(self, num_seqs, context_tokens):
+            calls.append((num_seqs, context_tokens))
+            return CostModel.decode_time(self, num_seqs, context_tokens)
+
+    cost = get_cost_model("opt-13b")
+    counting = Counting(**{f.name: getattr(cost, f.name) for f in fields(CostModel)})
+    assert counting.decode_time_of(3)(300) == cost.decode_time(3, 300) and calls == [(3, 300)]
