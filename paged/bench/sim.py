@@ -167,7 +167,7 @@ def _report(args) -> None:
                 sides[side].append(out)
             print(f"round {r + 1}/{args.rounds}: alpaca knee {sides['baseline'][-1]['alpaca_knee_s']:.2f} s vs "
                   f"{sides['this'][-1]['alpaca_knee_s']:.2f} s", flush=True)
-    print(f"\n{'measurement':<24}{'baseline median [min–max]':>30}{'this median [min–max]':>30}"
+    print(f"\n{'measurement':<24}{'baseline median [min–max]':>34}{'this median [min–max]':>34}"
           f"{'speed-up':>10}{'per round [min–max]':>22}")
     for key in sides["this"][0]:
         b = [m[key] for m in sides["baseline"]]
@@ -179,8 +179,8 @@ def _report(args) -> None:
         else:
             ratio = statistics.median(t) / statistics.median(b)
             rounds = [y / x for x, y in zip(b, t)]
-        print(f"{key:<24}{fmt(statistics.median(b)) + ' [' + fmt(min(b)) + '–' + fmt(max(b)) + ']':>30}"
-              f"{fmt(statistics.median(t)) + ' [' + fmt(min(t)) + '–' + fmt(max(t)) + ']':>30}{ratio:>9.2f}×"
+        print(f"{key:<24}{fmt(statistics.median(b)) + ' [' + fmt(min(b)) + '–' + fmt(max(b)) + ']':>34}"
+              f"{fmt(statistics.median(t)) + ' [' + fmt(min(t)) + '–' + fmt(max(t)) + ']':>34}{ratio:>9.2f}×"
               f"{f'[{min(rounds):.2f}–{max(rounds):.2f}]':>22}")
     this = {k: statistics.median(m[k] for m in sides["this"]) for k in sides["this"][0]}
     print(f"\ntargets (this checkout): token-steps/s ≥ 1,000,000: "
