@@ -22,10 +22,11 @@ process measures:
   ``prefix_point_s`` (paged, a provider-reserved prefix) and ``prefix_caching_point_s`` (paged, automatic
   prefix caching).
 
-Printed: per measurement the median over rounds and the spread (min–max) on each side, the spread of the
-per-round ratios (baseline ÷ this checkout in each round), and the speed-up of the medians (baseline ÷ this checkout for seconds, this ÷ baseline for token-steps/s; above 1:
-this checkout is faster); ``uptime`` before and after. Only the
-public interface both sides have is used (:func:`paged.experiments.serving.run_system`,
+Printed: per measurement the median over rounds and the spread (min–max) on each side, the speed-up
+of the medians (baseline ÷ this checkout for seconds, this ÷ baseline for token-steps/s; above 1: this
+checkout is faster) and the spread of the same ratio within each round (the two sides back to back);
+``uptime`` before and after. Only the public interface both sides have is used
+(:func:`paged.experiments.serving.run_system`, :func:`paged.experiments.serving.simulate_point`,
 :func:`paged.sim.simulator.simulate`, :func:`paged.experiments.serving.run_length.long_trace`).
 """
 
@@ -186,8 +187,8 @@ def _report(args) -> None:
     print(f"\ntargets (this checkout): token-steps/s ≥ 1,000,000: "
           f"{'met' if this['token_steps_per_s'] >= 1e6 else 'NOT met'}; 1,000-request paged point ≤ 2 s: "
           f"{'met' if this['paged_point_s'] <= 2 else 'NOT met'}")
-    print("speed-up: baseline ÷ this checkout of the median seconds (this ÷ baseline for token-steps/s), and the same "
-          "ratio within each round (the two sides ran back to back); above 1: faster")
+    print("speed-up: baseline ÷ this checkout of the median seconds (this ÷ baseline for token-steps/s), and "
+          "the same ratio within each round (the two sides ran back to back); above 1: faster")
     print(_uptime())
 
 

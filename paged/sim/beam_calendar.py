@@ -71,7 +71,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
     executor with ``decode_time`` (:class:`paged.sim.executor.SimulatedExecutor` over a cost model) and
     groups for which :func:`applies`."""
 
-    __slots__ = ("_paged", "_timeline", "_final", "_on_calendar")
+    __slots__ = ("_paged", "_timeline", "_final", "_on_calendar", "_num_seqs")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
@@ -80,6 +80,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         self._timeline = np.zeros((3 if self._paged else 1, 4096), dtype=np.int64)
         self._final: dict[SequenceGroup, int] = {}  # paged: the blocks past its prompt a group frees at its end
         self._on_calendar = True  # False: the tables are written out and ServingLoop.step runs
+        self._num_seqs = 0  # running candidates
 
     # -- the calendar ------------------------------------------------------------------
     def _join(self, group: SequenceGroup) -> None:

@@ -303,7 +303,8 @@ class CostModel(IterationCostModel):
             self.server.pcie_bytes_per_s
         return lambda context_tokens: (
             base + context_tokens * kv_bytes / g / bw * slowdown
-            + cpu * (fixed + (issue + (token_bytes + (context_tokens / bs + num_seqs + num_seqs) * INT32_BYTES) / pcie)))
+            + cpu * (fixed + (issue + (token_bytes + (context_tokens / bs + num_seqs + num_seqs) * INT32_BYTES)
+                              / pcie)))
 
     def prefill_time(self, prompt_lens: list[int]) -> float:
         """Seconds for one prefill iteration over prompts of ``prompt_lens`` tokens each

@@ -30,7 +30,8 @@ with the simulated executor, but does not touch every sequence in every decode i
 A decode step then costs O(1 + one-sequence crossings + finishes) instead of O(running sequences), and
 a prefill step O(admitted requests). Once the scheduler has refused the head of the queue, it is not asked
 again until a request leaves the running batch (finishes or is preempted): a decode only takes memory and
-an arrival joins the tail, so until then it would refuse the same request for the same reason. Everything else (the prefill admission, preemption, swapping) is the real
+an arrival joins the tail, so until then it would refuse the same request for the same reason.
+Everything else (the prefill admission, preemption, swapping) is the real
 :class:`~paged.core.scheduler.Scheduler`'s: a step that is not a plain decode in which every crossing
 finds a free block — a decode that must preempt by swapping, anything swapped out, no running
 request — brings every sequence up to date and runs :meth:`ServingLoop.step` itself; the calendar is
@@ -88,8 +89,8 @@ class CalendarServingLoop(ServingLoop):
     (:class:`paged.sim.executor.SimulatedExecutor` over a cost model) and groups for which
     :func:`applies`."""
 
-    __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_lazy_buckets", "_need", "_lazy_need", "_cow", "_lazy",
-                 "_held", "_num_seqs", "_context", "_block_size", "_allocates", "_caching", "_decode_times", "_refused")
+    __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_lazy_buckets", "_lazy_need", "_cow", "_lazy", "_held",
+                 "_samples", "_context", "_block_size", "_allocates", "_caching", "_decode_times", "_refused")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
@@ -104,15 +105,14 @@ class CalendarServingLoop(ServingLoop):
         self._finish_at: dict[int, list[SequenceGroup]] = {}  # G at which they finish -> groups
         self._buckets = [[] for _ in range(bs)]  # G mod block_size -> one-sequence groups crossing then
         self._lazy_buckets = [[] for _ in range(bs)]  # G mod block_size -> groups of samples crossing then
-        self._need = [0] * bs  # G mod block_size -> blocks the crossings then take
-        self._lazy_need = [0] * bs  # G mod block_size -> the part of them for groups of samples
+        self._lazy_need = [0] * bs  # G mod block_size -> blocks the groups of samples crossing then take
         self._cow: list[SequenceGroup] = []  # groups whose first decode copies their shared last block
         # A group of samples on the paged manager keeps the tables it joined with; the blocks its crossings
         # and its first copies on write take are held in the manager (hold_blocks), written into its tables
         # only when something reads them (_write_tables). Group -> (its generated tokens then, copies due).
         self._lazy: dict[SequenceGroup, tuple[int, bool]] = {}
         self._held: list[int] = []  # blocks the manager holds for those groups
-        self._num_seqs = 0  # running sequences
+        self._samples = 0  # running sequences beyond one per running group (the samples past the first)
         self._context = 0  # Σ tokens of the running sequences
         self._decode_times: dict[int, Callable[[int], float]] = {}  # batch size -> decode seconds of a context
         # The scheduler refused the head of the queue and nothing that could change that has happened since
@@ -140,22 +140,23 @@ class CalendarServingLoop(ServingLoop):
         off = self._g - generated
         self._offset[group] = off
         self._finish_at.setdefault(off + group.output_len, []).append(group)
-        if self._allocates:
-            # The next decode of a sequence with room for num_tokens - 1 tokens in whole blocks needs a
-            # block when (num_tokens - 1) is a multiple of the block size: at G ≡ off + 1 - prompt.
+        if width == 1:  # the common case, inline
+            if self._allocates:
+                # The next decode of a sequence with room for num_tokens - 1 tokens in whole blocks needs a
+                # block when (num_tokens - 1) is a multiple of the block size: at G ≡ off + 1 - prompt.
+                self._buckets[(off + 1 - seq.prompt_len) % self._block_size].append(group)
+            self._context += seq.prompt_len + generated
+            return
+        if self._allocates:  # a group of samples: its blocks past its tables are held (class docstring)
             i = (off + 1 - seq.prompt_len) % self._block_size
-            self._need[i] += width
-            if width == 1:
-                self._buckets[i].append(group)
-            else:
-                self._lazy_buckets[i].append(group)
-                self._lazy_need[i] += width
-                # Prefilled once, not decoded yet: the samples share the prompt's partly filled last block.
-                cow = generated == 1 and seq.prompt_len % self._block_size > 0
-                if cow:
-                    self._cow.append(group)
-                self._lazy[group] = (generated, cow)
-        self._num_seqs += width
+            self._lazy_buckets[i].append(group)
+            self._lazy_need[i] += width
+            # Prefilled once, not decoded yet: the samples share the prompt's partly filled last block.
+            cow = generated == 1 and seq.prompt_len % self._block_size > 0
+            if cow:
+                self._cow.append(group)
+            self._lazy[group] = (generated, cow)
+        self._samples += width - 1
         self._context += width * (seq.prompt_len + generated)
 
     def _held_for(self, group: SequenceGroup, generated: int) -> int:
@@ -208,7 +209,6 @@ class CalendarServingLoop(ServingLoop):
             del self._finish_at[off + group.output_len]
         if self._allocates:
             i = (off + 1 - seq.prompt_len) % self._block_size
-            self._need[i] -= len(seqs)
             if len(seqs) == 1:
                 self._buckets[i].remove(group)
             else:
@@ -217,7 +217,7 @@ class CalendarServingLoop(ServingLoop):
                 self._lazy.pop(group, None)
                 if group in self._cow:
                     self._cow.remove(group)
-        self._num_seqs -= len(seqs)
+        self._samples -= len(seqs) - 1
         self._context -= len(seqs) * seq.num_tokens
 
     def _clear(self) -> None:
@@ -231,11 +231,10 @@ class CalendarServingLoop(ServingLoop):
         bs = self._block_size
         self._buckets = [[] for _ in range(bs)]
         self._lazy_buckets = [[] for _ in range(bs)]
-        self._need = [0] * bs
         self._lazy_need = [0] * bs
         self._cow.clear()
         self._lazy.clear()
-        self._num_seqs = self._context = 0
+        self._samples = self._context = 0
         self._refused = False
 
     def _sync(self) -> None:
@@ -322,14 +321,14 @@ class CalendarServingLoop(ServingLoop):
         step-by-step loop (module docstring)."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
-        buckets, needs, lazy_needs, bs = self._buckets, self._need, self._lazy_need, self._block_size
+        buckets, lazy_needs, bs = self._buckets, self._lazy_need, self._block_size
         finish_at = self._finish_at
         g0 = g = self._g
         cow = self._cow
         free = -1  # free blocks, read when a crossing needs them
         copies = 0
         if self._allocates:
-            need = needs[g % bs]
+            need = len(buckets[g % bs]) + lazy_needs[g % bs]
             for group in cow:
                 copies += len(group.seqs) - 1
             need += copies
@@ -338,7 +337,7 @@ class CalendarServingLoop(ServingLoop):
                 if need > free:  # the scheduler preempts
                     return None if scheduler.preemption_mode == "swap" else self._preempting_decode(now, next_arrival)
                 free -= need
-        n = self._num_seqs
+        n = len(scheduler.running) + self._samples
         decode_time = self._decode_time_of(n)
         context = self._context
         crossed = [g] if free >= 0 else []  # the iterations whose crossings take blocks
@@ -359,7 +358,7 @@ class CalendarServingLoop(ServingLoop):
             later = 0  # blocks the crossings after the first iteration take
             if g not in finish_at:
                 while next_arrival > t:
-                    need = needs[g % bs]
+                    need = len(buckets[g % bs]) + lazy_needs[g % bs]
                     if need:
                         if free < 0:
                             free = (manager.num_total_slots - manager.num_used_slots) // bs
@@ -374,8 +373,9 @@ class CalendarServingLoop(ServingLoop):
                     k += 1
                     if g in finish_at:
                         break
-            if later and self._caching and later + needs[g0 % bs] > manager.gpu_allocator.num_free_blocks - \
-                    manager.gpu_allocator.num_evictable_blocks:
+            allocator = manager.gpu_allocator if self._caching else None
+            if later and allocator is not None and later + len(buckets[g0 % bs]) + lazy_needs[g0 % bs] > \
+                    allocator.num_free_blocks - allocator.num_evictable_blocks:
                 return None  # the run's crossings could evict cached blocks: the step-by-step loop's order decides
         hold = copies
         for i in crossed:
@@ -410,8 +410,10 @@ class CalendarServingLoop(ServingLoop):
         outputs = SchedulerOutputs([], is_prefill=False)
         self._refused = False  # preempted groups go back to the head of the queue
         cow = set(self._cow)
-        needy = sorted((running.index(group), group)
-                       for group in [*self._buckets[g % bs], *self._lazy_buckets[g % bs], *self._cow])
+        needy = self._buckets[g % bs]
+        if self._lazy_buckets[g % bs] or cow:
+            needy = [*needy, *self._lazy_buckets[g % bs], *cow]
+        needy = sorted((running.index(group), group) for group in needy)
         hi = len(running)
         free = (manager.num_total_slots - manager.num_used_slots) // bs
         copies = 0
@@ -435,7 +437,9 @@ class CalendarServingLoop(ServingLoop):
             if hi <= pos:
                 break
             if width == 1:
-                self._append(group, g, manager)
+                seq = group.seqs[0]
+                seq.num_generated = g - offset[group]
+                manager.append_slots(seq)
             else:
                 self._held += manager.hold_blocks(need)
                 if group in cow:
@@ -443,8 +447,20 @@ class CalendarServingLoop(ServingLoop):
             free -= need
         del running[hi:]
         outputs.scheduled_seq_groups = list(running)
+        finish_at, buckets = self._finish_at, self._buckets
         for group in outputs.preempted:
-            self._leave(group)
+            if len(group.seqs) > 1:
+                self._leave(group)
+                continue
+            seq = group.seqs[0]  # one sequence: _leave, inline
+            off = offset.pop(group)
+            due = finish_at[off + group.output_len]
+            due.remove(group)
+            if not due:  # an empty entry would end the next decode run there
+                del finish_at[off + group.output_len]
+            if self._allocates:
+                buckets[(off + 1 - seq.prompt_len) % bs].remove(group)
+            self._context -= seq.prompt_len + seq.num_generated
         self._cow.clear()  # every copying group has copied or left
         n = len(outputs.scheduled_seq_groups)
         if not n:  # every running group was preempted: ServingLoop.step waits for the next arrival
@@ -453,7 +469,7 @@ class CalendarServingLoop(ServingLoop):
                                    "to arrive (a request larger than the free KV cache?)")
             executor.wait_until(max(now, next_arrival))
             return []
-        num_seqs, context = self._num_seqs, self._context
+        num_seqs, context = n + self._samples, self._context
         if copies:
             seconds = executor.iteration_time.block_copy_time(copies)
             t = now + (seconds + self._decode_time_of(num_seqs)(context))
@@ -482,26 +498,30 @@ class CalendarServingLoop(ServingLoop):
         if self._caching and len(ending) > 1:  # freed in running order, as the step-by-step loop frees them
             ending.sort(key=scheduler.running.index)
         finish = scheduler.finish_seq
-        offset, needs, bs = self._offset, self._need, self._block_size
+        offset, buckets, bs, allocates = self._offset, self._buckets, self._block_size, self._allocates
         for group in ending:
             seqs = group.seqs
             del offset[group]
             length = group.output_len
+            if len(seqs) == 1:  # the common case, inline
+                seq = seqs[0]
+                seq.num_generated = length
+                if allocates:
+                    buckets[(g - length + 1 - seq.prompt_len) % bs].remove(group)
+                finish(seq)
+                context -= seq.prompt_len + length
+                continue
             for seq in seqs:
                 seq.num_generated = length
-            if self._allocates:
+            if allocates:
                 i = (g - length + 1 - seqs[0].prompt_len) % bs
-                needs[i] -= len(seqs)
-                if len(seqs) == 1:
-                    self._buckets[i].remove(group)
-                else:
-                    self._lazy_buckets[i].remove(group)
-                    self._lazy_need[i] -= len(seqs)
-                    self._release(self._held_for(group, length))
-                    del self._lazy[group]
+                self._lazy_buckets[i].remove(group)
+                self._lazy_need[i] -= len(seqs)
+                self._release(self._held_for(group, length))
+                del self._lazy[group]
             for seq in seqs:
                 finish(seq)
-            self._num_seqs -= len(seqs)
+            self._samples -= len(seqs) - 1
             context -= len(seqs) * seqs[0].num_tokens
         self._context = context
         return self._retire(scheduler.free_finished_seq_groups(ending))
@@ -515,13 +535,6 @@ class CalendarServingLoop(ServingLoop):
             seq = group.seqs[0]
             seq.num_generated = g - offset[group]
             append_slots(seq)
-
-    def _append(self, group: SequenceGroup, g: int, manager) -> None:
-        """Bring a one-sequence ``group`` up to date for the decode at ``G = g`` and let the manager make
-        room for its token."""
-        seq = group.seqs[0]
-        seq.num_generated = g - self._offset[group]
-        manager.append_slots(seq)
 
     def _retire(self, finished: list[SequenceGroup]) -> list[SequenceGroup]:
         now = self.executor.now

@@ -139,8 +139,8 @@ def test_an_escaping_exception_or_an_abort_leaves_no_block_held(system):
             raise KeyboardInterrupt
 
     manager = _manager(system, 16, 1 << 15)
-    loop = BeamCalendarServingLoop(Scheduler(manager), SimulatedExecutor(cost), groups_from_trace(requests, beam_width=4),
-                                   on_finish=stop)
+    loop = BeamCalendarServingLoop(Scheduler(manager), SimulatedExecutor(cost),
+                                   groups_from_trace(requests, beam_width=4), on_finish=stop)
     with pytest.raises(KeyboardInterrupt):
         loop.run()
     assert manager.num_used_slots == 0 and not loop.has_work
