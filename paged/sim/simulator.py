@@ -44,9 +44,9 @@ writer but the last), or a beam search of width ``k`` that replays a search the 
 blocks), and requests with a shared prefix (``prefix_len``) share its blocks.
 
 Measured (``make bench-sim``, paper-length runs of notebook 02, against the step-by-step loop with its
-fast-forward): beam search of width 6 on paged 7.8× faster (12.7 s → 1.6 s), on Orca (Oracle) 5.9×,
-6 parallel samples 3.1×, Fig. 16's shared 5-shot prefix 1.3× (admission-bound: its requests are short);
-docs/benchmarks.md has the spreads and the load.
+fast-forward; load 0.7–1.0): beam search of width 6 on paged 8.5× faster (11.8 s → 1.4 s), on Orca
+(Oracle) 6.7×, 6 parallel samples 3.5×, Fig. 16's shared 5-shot prefix 1.3× (admission-bound: its requests
+are short); Fig. 14's sustained-rate searches at the full hour 5.2×. docs/benchmarks.md has the spreads.
 """
 
 from __future__ import annotations
