@@ -83,3 +83,45 @@ def synthetic_trace(n: int = 120, rate: float = 8.0, seed: int = 1, max_prompt: 
         t += rng.expovariate(rate)
         reqs.append(Request(i, rng.randint(1, max_prompt), rng.randint(1, max_output), t))
     return reqs
+
+
+def served_both(monkeypatch, trace, make_manager, cost, **kw):
+    """Serve ``trace`` twice with :func:`paged.sim.simulator.simulate` (keywords ``kw``) on fresh managers from
+    ``make_manager()``: as the simulator chooses (a decode or beam calendar where one applies) and with every
+    calendar refused (the step-by-step loop, the reference). Returns ``(chosen, reference)``, each
+    ``(summary, loop class names used, manager)``: the summary holds every :class:`ServingResult` field but the
+    groups, and per request its times, preemptions, cached tokens and its sequences' generated tokens."""
+    import dataclasses
+
+    import paged.sim.simulator as simulator
+
+    def summary(result):
+        fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result) if f.name != "groups"}
+        groups = [(g.request_id, g.arrival_time, g.first_scheduled_time, g.first_token_time, g.finished_time,
+                   g.num_preemptions, g.num_cached_tokens, len(g.seqs), sorted(s.num_generated for s in g.seqs))
+                  for g in result.groups]
+        return fields, groups
+
+    def spy(cls, used):
+        class Spy(cls):
+            __slots__ = ()
+
+            def __init__(self, *args, **kwargs):
+                used.append(cls.__name__)
+                super().__init__(*args, **kwargs)
+        return Spy
+
+    out = []
+    for reference in (False, True):
+        used = []
+        with monkeypatch.context() as patch:
+            for name in ("CalendarServingLoop", "BeamCalendarServingLoop"):
+                patch.setattr(simulator, name, spy(getattr(simulator, name), used))
+            if reference:
+                patch.setattr(simulator, "applies", lambda *a, **k: False)
+                patch.setattr(simulator, "beam_applies", lambda *a, **k: False)
+            manager = make_manager()
+            result = simulator.simulate(trace, manager, cost, record_memory=False, **kw)
+        manager.check_invariants()
+        out.append((summary(result), used, manager))
+    return tuple(out)

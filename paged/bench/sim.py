@@ -13,12 +13,20 @@ process measures:
   27,000 requests), the regime that costs the most in notebook 03: a request arrives every iteration
   or two and the cache is full, so nearly every decode is followed by a prefill or preempts;
 * ``token_steps_per_s``: token-steps (one sequence advanced by one token in one iteration) of the
-  ShareGPT points per second of their wall time (target ≥ 1,000,000).
+  ShareGPT points per second of their wall time (target ≥ 1,000,000);
+* sequence groups at paper length (notebook 02's runs: :func:`paged.experiments.serving.simulate_point`
+  with ``duration_scale=1`` and the searches' latency cap of 0.5 s/token, Alpaca on OPT-13B):
+  ``beam6_paged_point_s`` (beam search of width 6, paged, 9.9 requests/s: past its knee, stopped by the
+  cap), ``beam6_oracle_point_s`` (the same on Orca (Oracle), 6 requests/s), ``n6_paged_point_s`` (6
+  parallel samples, paged, 5 requests/s); Fig. 16's WMT16 5-shot prefix on LLaMA-13B at 25 requests/s,
+  ``prefix_point_s`` (paged, a provider-reserved prefix) and ``prefix_caching_point_s`` (paged, automatic
+  prefix caching).
 
-Printed: per measurement the median over rounds and the spread (min–max) on each side, and the
-speed-up of the medians (baseline ÷ this checkout for seconds, this ÷ baseline for token-steps/s; above 1:
-this checkout is faster); ``uptime`` before and after. Only the
-public interface both sides have is used (:func:`paged.experiments.serving.run_system`,
+Printed: per measurement the median over rounds and the spread (min–max) on each side, the speed-up
+of the medians (baseline ÷ this checkout for seconds, this ÷ baseline for token-steps/s; above 1: this
+checkout is faster) and the spread of the same ratio within each round (the two sides back to back);
+``uptime`` before and after. Only the public interface both sides have is used
+(:func:`paged.experiments.serving.run_system`, :func:`paged.experiments.serving.simulate_point`,
 :func:`paged.sim.simulator.simulate`, :func:`paged.experiments.serving.run_length.long_trace`).
 """
 
@@ -41,7 +49,7 @@ __all__ = ["measure", "main", "export_package"]
 _WORKER = r'''
 import json, sys, time
 import paged
-from paged.experiments.serving import SYSTEMS, cost_model_for, run_system
+from paged.experiments.serving import SYSTEMS, cost_model_for, run_system, simulate_point
 from paged.experiments.serving.run_length import long_trace
 from paged.sim.simulator import simulate
 from paged.systems import make_kv_manager
@@ -72,11 +80,24 @@ out["token_steps_per_s"] = steps / wall
 start = time.perf_counter()
 run_system(knee, "paged", cost_model_for("opt-13b", "paged", 16))
 out["alpaca_knee_s"] = time.perf_counter() - start
+groups = {"beam6_paged_point_s": dict(system="paged", rate=9.9, beam_width=6),
+          "beam6_oracle_point_s": dict(system="orca-oracle", rate=6.0, beam_width=6),
+          "n6_paged_point_s": dict(system="paged", rate=5.0, n=6),
+          "prefix_point_s": dict(model="llama-13b", trace="wmt16-5shot", system="paged", rate=25.0),
+          "prefix_caching_point_s": dict(model="llama-13b", trace="wmt16-5shot", system="paged", rate=25.0,
+                                         prefix_caching=True)}
+for key, point in groups.items():
+    point = {"model": "opt-13b", "trace": "alpaca-bare", **point}
+    get_trace(point["trace"], None)  # the trace loads outside the timing
+    start = time.perf_counter()
+    simulate_point(duration_scale=1.0, latency_cap=0.5, record_sharing=False, seed=seed, **point)
+    out[key] = time.perf_counter() - start
 print(json.dumps(out))
 '''
 
 #: Measurements where smaller is better (seconds); the others are rates.
-_SECONDS = ("paged_point_s", "sharegpt_point_s", "stepwise_paged_point_s", "alpaca_knee_s")
+_SECONDS = ("paged_point_s", "sharegpt_point_s", "stepwise_paged_point_s", "alpaca_knee_s", "beam6_paged_point_s",
+            "beam6_oracle_point_s", "n6_paged_point_s", "prefix_point_s", "prefix_caching_point_s")
 
 
 def export_package(ref: str, into: Path, repo: Path) -> Path:
@@ -147,19 +168,27 @@ def _report(args) -> None:
                 sides[side].append(out)
             print(f"round {r + 1}/{args.rounds}: alpaca knee {sides['baseline'][-1]['alpaca_knee_s']:.2f} s vs "
                   f"{sides['this'][-1]['alpaca_knee_s']:.2f} s", flush=True)
-    print(f"\n{'measurement':<26}{'baseline median [min–max]':>36}{'this median [min–max]':>36}{'speed-up':>12}")
+    print(f"\n{'measurement':<24}{'baseline median [min–max]':>34}{'this median [min–max]':>34}"
+          f"{'speed-up':>10}{'per round [min–max]':>22}")
     for key in sides["this"][0]:
         b = [m[key] for m in sides["baseline"]]
         t = [m[key] for m in sides["this"]]
         fmt = (lambda v: f"{v:.3f}") if key in _SECONDS else (lambda v: f"{v:,.0f}")
-        ratio = statistics.median(b) / statistics.median(t) if key in _SECONDS else statistics.median(t) / statistics.median(b)
-        print(f"{key:<26}{fmt(statistics.median(b)) + ' [' + fmt(min(b)) + '–' + fmt(max(b)) + ']':>36}"
-              f"{fmt(statistics.median(t)) + ' [' + fmt(min(t)) + '–' + fmt(max(t)) + ']':>36}{ratio:>11.2f}×")
+        if key in _SECONDS:
+            ratio = statistics.median(b) / statistics.median(t)
+            rounds = [x / y for x, y in zip(b, t)]
+        else:
+            ratio = statistics.median(t) / statistics.median(b)
+            rounds = [y / x for x, y in zip(b, t)]
+        print(f"{key:<24}{fmt(statistics.median(b)) + ' [' + fmt(min(b)) + '–' + fmt(max(b)) + ']':>34}"
+              f"{fmt(statistics.median(t)) + ' [' + fmt(min(t)) + '–' + fmt(max(t)) + ']':>34}{ratio:>9.2f}×"
+              f"{f'[{min(rounds):.2f}–{max(rounds):.2f}]':>22}")
     this = {k: statistics.median(m[k] for m in sides["this"]) for k in sides["this"][0]}
     print(f"\ntargets (this checkout): token-steps/s ≥ 1,000,000: "
           f"{'met' if this['token_steps_per_s'] >= 1e6 else 'NOT met'}; 1,000-request paged point ≤ 2 s: "
           f"{'met' if this['paged_point_s'] <= 2 else 'NOT met'}")
-    print("speed-up: baseline ÷ this checkout of the median seconds (this ÷ baseline for token-steps/s); above 1: faster")
+    print("speed-up: baseline ÷ this checkout of the median seconds (this ÷ baseline for token-steps/s), and "
+          "the same ratio within each round (the two sides ran back to back); above 1: faster")
     print(_uptime())
 
 

@@ -72,9 +72,11 @@ class BlockTable:
                 id is out of range or free (the caller must hold a reference to each).
         """
         num_tokens = as_int(num_tokens, "a token count")
-        for block_id in blocks:
-            if allocator.ref_count(block_id) == 0:
-                raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
+        counts = allocator._ref_counts
+        if blocks and (min(blocks) < 0 or max(blocks) >= len(counts) or 0 in map(counts.__getitem__, blocks)):
+            for block_id in blocks:  # the precise error: out of range (ref_count raises) or free
+                if allocator.ref_count(block_id) == 0:
+                    raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
         if -(-num_tokens // allocator.block_size) != len(blocks):
             raise ValueError(
                 f"{num_tokens} tokens need {-(-num_tokens // allocator.block_size)} blocks "

@@ -125,10 +125,16 @@ class PagedKVCacheManager:
         return shared + seq_group.peak_num_seqs * (final_blocks - shared)
 
     def _simple(self, seq_group: SequenceGroup) -> bool:
-        """One new sequence, no prefix to share: the plan is ``ceil(num_tokens / bs)`` new blocks."""
+        """No prefix to share and nothing shared before: one sequence, or the new samples of one prompt (all
+        waiting, none generated yet). The plan is ``ceil(num_tokens / bs)`` new blocks for the first
+        sequence, the others forks of it. O(sequences)."""
         seqs = seq_group.seqs
-        return (len(seqs) == 1 and not self.enable_prefix_caching and not seq_group.prefix_len
-                and seqs[0].seq_id not in self._layouts)
+        if self.enable_prefix_caching or seq_group.prefix_len or seqs[0].seq_id in self._layouts:
+            return False
+        if len(seqs) == 1:
+            return True
+        waiting = SequenceStatus.WAITING
+        return all(seq.num_generated == 0 and seq.status is waiting for seq in seqs)
 
     def never_reason(self, seq_group: SequenceGroup) -> str:
         """Why :meth:`can_allocate` says NEVER for ``seq_group``: the numbers that do not fit."""
@@ -176,12 +182,17 @@ class PagedKVCacheManager:
         """
         allocator = self.gpu_allocator
         if self._simple(seq_group):
-            seq = seq_group.seqs[0]
+            seqs = seq_group.seqs
+            seq = seqs[0]
             table = BlockTable(allocator)
             table.append_tokens(seq.num_tokens)
             self.block_tables[seq.seq_id] = table
             self._version += 1
-            return [0]
+            if len(seqs) == 1:
+                return [0]
+            for sample in seqs[1:]:  # new samples share the first sequence's prompt
+                self.fork(seq, sample)
+            return [0] + [seq.num_tokens] * (len(seqs) - 1)
         plan = self._plan(seq_group)
         self._version += 1
         if plan.needed > allocator.num_free_blocks:
@@ -190,26 +201,30 @@ class PagedKVCacheManager:
             self._reserved[seq_group.prefix_len] = [allocator.allocate() for _ in range(plan.reserve)]
         pinned = self._reserved.get(seq_group.prefix_len, [])
         chosen: list[list[int]] = []
-        for sources in plan.sources:  # first take every reused block, so no allocation evicts one of them
+        later = []  # (sequence, position, source) of the new blocks and those shared with a sibling
+        pins = []  # reserved-prefix blocks taken (a reference each)
+        for j, sources in enumerate(plan.sources):  # first take every reused block, so no allocation evicts one
             blocks = []
-            for kind, value in sources:
-                if kind == HIT:
+            for i, (kind, value) in enumerate(sources):
+                if kind == PREFIX:
+                    pins.append(pinned[value])
+                    blocks.append(pinned[value])
+                elif kind == HIT:
                     allocator.reuse(value)
                     blocks.append(value)
-                elif kind == PREFIX:
-                    allocator.incref(pinned[value])
-                    blocks.append(pinned[value])
                 else:
                     blocks.append(-1)
+                    later.append((j, i, kind, value))
             chosen.append(blocks)
-        for j, sources in enumerate(plan.sources):  # then new blocks, and blocks shared with a sibling
-            blocks = chosen[j]
-            for i, (kind, value) in enumerate(sources):
-                if kind == NEW:
-                    blocks[i] = allocator.allocate()
-                elif kind == SIBLING:
-                    blocks[i] = chosen[value][i]
-                    allocator.incref(blocks[i])
+        allocator.incref_all(pins)
+        # then new blocks (taken in one call, in the order of the plan), and blocks shared with a sibling
+        fresh = iter(allocator.allocate_blocks(sum(kind == NEW for _, _, kind, _ in later)))
+        for j, i, kind, value in later:
+            if kind == NEW:
+                chosen[j][i] = next(fresh)
+            else:
+                chosen[j][i] = block = chosen[value][i]
+                allocator.incref(block)
         first = None
         for j, seq in enumerate(plan.seqs[:len(plan.sources)]):
             table = BlockTable.from_blocks(allocator, chosen[j], seq.num_tokens)
@@ -443,6 +458,63 @@ class PagedKVCacheManager:
     def get_num_free_gpu_blocks(self) -> int:
         """Free GPU blocks, evictable cached ones included (blocks)."""
         return self.gpu_allocator.num_free_blocks
+
+    # -- blocks held outside the tables (the simulator's beam calendar) -----------------------
+    def hold_blocks(self, num_blocks: int) -> list[int]:
+        """Take ``num_blocks`` free GPU blocks for the caller, one reference each, in no table: the
+        simulator's beam calendar (:mod:`paged.sim.beam_calendar`) holds a replayed beam group's blocks
+        past its prompt this way while it does not apply the group's steps to its tables, so the free pool
+        is the one the step-by-step run has. Give them back with :meth:`release_blocks` or
+        :meth:`replace_tables`. O(num_blocks).
+
+        Raises:
+            OutOfBlocksError: if fewer blocks are free (nothing is taken).
+        """
+        self._version += 1
+        return self.gpu_allocator.allocate_blocks(num_blocks)
+
+    def release_blocks(self, blocks: list[int]) -> None:
+        """Give back one reference to each block of ``blocks`` (taken with :meth:`hold_blocks`). O(blocks).
+
+        Raises:
+            ValueError: if a block is already free.
+        """
+        self._version += 1
+        self.gpu_allocator.free_blocks(blocks)
+
+    def replace_tables(self, tables: list[tuple[Sequence, list[int], int]], *, held: list[int] = (),
+                       take: list[int] = ()) -> None:
+        """Give each sequence of ``tables`` a new block table: ``(sequence, physical blocks in logical
+        order, tokens)``. Every entry of a new table and each block of ``take`` take one reference (the
+        latter the caller's, given back later with :meth:`release_blocks`), then each sequence's old table
+        (if any) gives its references back, tail first, and each block of ``held`` gives back the one
+        reference the caller held (:meth:`hold_blocks`). Nothing is allocated: the caller lays out blocks
+        it or the old tables hold (the simulator's beam calendar writing out or putting aside the tables of
+        replayed beam groups, §4.4). O(blocks).
+
+        Raises:
+            ValueError: if a block is free, or a table's tokens do not need exactly its blocks (nothing
+                changes then).
+        """
+        bs = self.block_size
+        for seq, blocks, num_tokens in tables:  # checked before any count changes
+            if -(-num_tokens // bs) != len(blocks):
+                raise ValueError(f"sequence {seq.seq_id}: {num_tokens} tokens need {-(-num_tokens // bs)} blocks "
+                                 f"of {bs}, got {len(blocks)}")
+        self._version += 1
+        allocator = self.gpu_allocator
+        allocator.incref_all(take)
+        new = []
+        for seq, blocks, num_tokens in tables:
+            allocator.incref_all(blocks)
+            new.append((seq, BlockTable.from_blocks(allocator, blocks, num_tokens)))
+        block_tables = self.block_tables
+        for seq, table in new:
+            old = block_tables.get(seq.seq_id)
+            block_tables[seq.seq_id] = table
+            if old is not None:
+                old.free()
+        allocator.free_blocks(held)
 
     @property
     def num_used_slots(self) -> int:

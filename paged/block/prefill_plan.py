@@ -94,24 +94,32 @@ def plan_prefill(seq_group: SequenceGroup, *, block_size: int, allocator: BlockA
         else:
             sources = []
         old = layouts.get(seq.seq_id, ())[:limit]
-        for i in range(len(sources), num_blocks):
-            holder = first_holder.get(old[i], j) if i < len(old) else j
-            sources.append((SIBLING, holder) if holder != j else (NEW, 0))
-        for block in old:
-            first_holder.setdefault(block, j)
-        covered = next((i for i, (kind, _) in enumerate(sources) if kind == NEW), num_blocks)
+        if old:
+            shared = len(sources)  # blocks taken from the prefix or the cache
+            get = first_holder.get
+            for block in old[shared:]:  # a block an earlier sequence held too is shared again
+                holder = get(block, j)
+                sources.append((SIBLING, holder) if holder != j else (NEW, 0))
+            sources.extend([(NEW, 0)] * (num_blocks - len(sources)))
+            for block in old:
+                first_holder.setdefault(block, j)
+            covered = next((i for i in range(shared, num_blocks) if sources[i][0] == NEW), num_blocks)
+            new = sum(kind == NEW for kind, _ in sources[shared:])
+        else:  # nothing held before: every block past the shared ones is new (the common case, in one step)
+            covered = len(sources)
+            new = num_blocks - covered
+            sources.extend([(NEW, 0)] * new)
         plan.sources.append(sources)
         plan.hit_cids.append([cid for _, cid in hits])
         plan.starts.append(covered * bs)
         plan.tokens += n - covered * bs
-        for kind, value in sources:
-            if kind == NEW:
-                plan.needed += 1
+        plan.needed += new
+        plan.total += new
+        for block, _ in hits:
+            if block not in counted:
+                counted.add(block)
                 plan.total += 1
-            elif kind == HIT and value not in counted:
-                counted.add(value)
-                plan.total += 1
-                plan.needed += allocator.ref_count(value) == 0  # an evictable block leaves the free pool
+                plan.needed += allocator.ref_count(block) == 0  # an evictable block leaves the free pool
     if prefix_len:
         plan.total += prefix_len // bs
     plan.needed += plan.reserve

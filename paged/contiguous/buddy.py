@@ -46,6 +46,21 @@ class BuddyAllocator:
         order = self.order_for(num_slots)
         return any(self.free_lists[k] for k in range(order, self.max_order + 1))
 
+    def num_allocatable(self, num_slots: int, enough: int | None = None) -> int:
+        """How many reservations of ``num_slots`` slots (each ``2**ceil(log2 num_slots)``) could be taken
+        one after another now: every free block of that order or above splits into ``2**(k - order)`` of
+        them, and :meth:`allocate` succeeds exactly while one is left. Counting stops once it reaches
+        ``enough`` (if given): the answer is then at least ``enough``. O(orders)."""
+        order = self.order_for(num_slots)
+        lists = self.free_lists
+        count = 0
+        for k in range(order, self.max_order + 1):
+            if lists[k]:
+                count += len(lists[k]) << (k - order)
+                if enough is not None and count >= enough:
+                    break
+        return count
+
     def largest_block(self) -> int:
         """Slots of the largest block this space could ever hand out."""
         return 1 << self.max_order

@@ -65,7 +65,8 @@ class ContiguousKVCacheManager:
         self._live: dict[int, int] = {}  # group key -> sequences holding a reservation
 
     def _size(self, seq_group: SequenceGroup) -> int:
-        size = reservation_size(self.policy, seq_group.prompt_len, seq_group.output_len, self.max_seq_len)
+        """Slots one sequence of the group reserves: the policy's size in whole blocks (tokens)."""
+        size = reservation_size(self.policy, seq_group.seqs[0].prompt_len, seq_group.output_len, self.max_seq_len)
         return -(-size // self.block_size) * self.block_size
 
     def never_reason(self, seq_group: SequenceGroup) -> str:
@@ -85,33 +86,27 @@ class ContiguousKVCacheManager:
 
     @staticmethod
     def _num_reservations(seq_group: SequenceGroup) -> int:
-        """Reservations a prefill of the group takes: one per sequence it will run at once (§6.1)."""
-        return max(seq_group.num_seqs(SequenceStatus.WAITING), seq_group.peak_num_seqs)
+        """Reservations a prefill of the group takes: one per sequence it will run at once (§6.1). O(sequences)."""
+        seqs = seq_group.seqs
+        waiting = seq_group.num_seqs(SequenceStatus.WAITING)
+        peak = len(seqs) if len(seqs) > seq_group.max_num_seqs else seq_group.max_num_seqs
+        return waiting if waiting > peak else peak
 
     def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
         """NEVER if the request outgrows its reservation, the largest block, or the cache (one reservation
-        per sequence it will run at once); else OK/LATER."""
+        per sequence it will run at once); else OK/LATER. O(orders of the buddy allocator) (the admission's
+        hot path: asked of the head of the queue at every iteration while it waits)."""
         size = self._size(seq_group)
-        waiting = self._num_reservations(seq_group)
-        final_len = seq_group.prompt_len + seq_group.output_len
-        if final_len > size or size > self.buddy.largest_block() or \
-                waiting * (1 << self.buddy.order_for(size)) > self.num_total_slots:
+        count = self._num_reservations(seq_group)
+        buddy = self.buddy
+        order = (size - 1).bit_length()  # the buddy block a reservation of size takes: 2**order slots
+        need = count << order
+        if seq_group.prompt_len + seq_group.output_len > size or order > buddy.max_order or need > self.num_total_slots:
             return AllocStatus.NEVER
-        if waiting * (1 << self.buddy.order_for(size)) > self.buddy.num_free_slots:
+        if need > buddy.num_free_slots:
             return AllocStatus.LATER
-        if waiting == 1:
-            return AllocStatus.OK if self.buddy.can_allocate(size) else AllocStatus.LATER
-        # Several sequences: try them for real, then roll back.
-        taken = []
-        try:
-            for _ in range(waiting):
-                taken.append(self.buddy.allocate(size))
-        except MemoryError:
-            return AllocStatus.LATER
-        finally:
-            for start in taken:
-                self.buddy.free(start)
-        return AllocStatus.OK
+        # One block of the size, or as many one after another (what allocate will take).
+        return AllocStatus.OK if buddy.num_allocatable(size, count) >= count else AllocStatus.LATER
 
     def prefill_tokens(self, seq_group: SequenceGroup) -> int:
         """Tokens the prefill computes: a new group's prompt once (then copied into each sample's

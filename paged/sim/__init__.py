@@ -10,8 +10,10 @@
 * :mod:`~paged.sim.simulator`: :func:`simulate`, the real scheduler and KV cache managers with
   simulated time, through the serving loop the real engine uses (:mod:`paged.core.serving_loop`)
   with the :class:`~paged.sim.executor.SimulatedExecutor`; :mod:`~paged.sim.fast_forward` applies
-  runs of identical decode steps at once, and :mod:`~paged.sim.decode_calendar` serves one-sequence
-  requests without touching every sequence in every decode (the same results);
+  runs of identical decode steps at once, :mod:`~paged.sim.decode_calendar` serves single sequences,
+  parallel samples and shared prefixes without touching every sequence in every decode, and
+  :mod:`~paged.sim.beam_calendar` replayed beam searches from per-step memory profiles
+  (:mod:`~paged.sim.beam_blocks`), all with the same results;
 * :mod:`~paged.sim.static_batching`: FasterTransformer's request-level batching (§6.1).
 
 Memory behaviour is never modelled: it is the real allocators'. Only time is.

@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import numbers
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from paged.sim.deployment import get_deployment
 from paged.sim.iteration_cost import IterationCostModel
@@ -281,6 +283,28 @@ class CostModel(IterationCostModel):
         entries = context_tokens / self.block_size + num_seqs
         return (self._linear_time(num_seqs, num_seqs) + self._fixed_time(num_seqs) + kv_read
                 + self.host_time(num_seqs, num_seqs, entries))
+
+    def decode_time_of(self, num_seqs: int) -> Callable[[int], float]:
+        """:meth:`decode_time` of ``num_seqs`` sequences as a function of the context tokens alone: the
+        terms that do not depend on the context computed once, the others with the same operations in the
+        same order, so it returns exactly the same seconds (for loops that run many decode iterations of
+        one batch, the simulator's calendars). A subclass that overrides :meth:`decode_time` gets its own
+        (bound to ``num_seqs``): whatever it does per iteration still happens. O(1) per call of the function."""
+        if type(self).decode_time is not CostModel.decode_time:
+            return partial(self.decode_time, num_seqs)
+        m, g = self.model, self.server.num_gpus
+        base = self._linear_time(num_seqs, num_seqs) + self._fixed_time(num_seqs)
+        kv_bytes, bw, slowdown, bs = m.kv_bytes_per_token, self._bw, self.attention_slowdown, self.block_size
+        cpu = self.cpu_scale
+        if not cpu:  # host_time is 0.0
+            return lambda context_tokens: base + context_tokens * kv_bytes / g / bw * slowdown + 0.0
+        fixed = ITERATION_OVERHEAD_S + num_seqs * (SCHEDULER_PER_SEQ_S + PREPARE_INPUTS_PER_SEQ_S + SAMPLING_PER_SEQ_S)
+        issue, token_bytes, pcie = INPUT_COPIES * SWAP_COPY_LATENCY_S, num_seqs * INPUT_BYTES_PER_TOKEN, \
+            self.server.pcie_bytes_per_s
+        return lambda context_tokens: (
+            base + context_tokens * kv_bytes / g / bw * slowdown
+            + cpu * (fixed + (issue + (token_bytes + (context_tokens / bs + num_seqs + num_seqs) * INT32_BYTES)
+                              / pcie)))
 
     def prefill_time(self, prompt_lens: list[int]) -> float:
         """Seconds for one prefill iteration over prompts of ``prompt_lens`` tokens each

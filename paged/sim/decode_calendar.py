@@ -6,21 +6,48 @@ size (one iteration in ``block_size``), and it finishes at a known iteration (it
 length). :class:`CalendarServingLoop` serves exactly as :class:`paged.core.serving_loop.ServingLoop`
 with the simulated executor, but does not touch every sequence in every decode iteration:
 
-* a global decode counter ``G`` counts the decode iterations run; a running sequence's generated
-  tokens are ``G - offset`` (its offset fixed when it joined the running batch), written into the
-  sequence only when something reads it;
-* the sequences whose next decode crosses a block boundary are kept in ``block_size`` buckets by
-  ``G mod block_size``; at each decode iteration only that bucket's sequences are brought up to date
-  and given their new block by the KV cache manager (``append_slots``), so every block a sequence
-  holds is the manager's own and the free pool is exact at every admission decision;
+* a global decode counter ``G`` counts the decode iterations run; a running group's sequences have
+  generated ``G - offset`` tokens (its offset fixed when it joined the running batch), written into
+  the sequences only when something reads them;
+* the groups whose next decode crosses a block boundary are kept in ``block_size`` buckets by
+  ``G mod block_size``, with the blocks each bucket takes (a group of ``n`` parallel samples takes
+  ``n``: after its first decode the samples advance in lock-step, each in blocks of its own); at each
+  decode iteration only that bucket's one-sequence groups are brought up to date and given their new
+  blocks by the KV cache manager (``append_slots``), so the free pool is exact at every admission
+  decision;
+* the first decode of a new group of ``n`` samples whose prompt ends inside a block copies that shared
+  last block on write (``n - 1`` copies, §4.4); that iteration is a step of its own, as in the
+  step-by-step loop, its time including the copies (the cost model's ``block_copy_time``);
+* a group of samples on the paged manager keeps the tables it joined the batch with: the blocks its
+  crossings and its copies take are held in the manager (``hold_blocks``, one call per step for all
+  groups) and written into its tables only before something reads them (a step of
+  :meth:`ServingLoop.step`, an abort); the blocks a group holds follow from its tokens in closed form,
+  and a group that finishes or is preempted gives them back with its tables (preemption by
+  recomputation remembers only the tables' full blocks, the prompt's, which are all its samples share);
 * the requests finishing at each value of ``G`` are kept in a dict;
-* the batch's context tokens (the cost model's input) are a running sum.
+* the batch's sequences and context tokens (the cost model's input) are running sums.
 
-A decode step then costs O(1 + crossings + finishes) instead of O(running sequences), and a prefill
-step O(admitted requests). Everything else (the prefill admission, preemption, swapping) is the real
+A decode step then costs O(1 + one-sequence crossings + finishes) instead of O(running sequences), and
+a prefill step O(admitted requests). Once the scheduler has refused the head of the queue, it is not asked
+again until a request leaves the running batch (finishes or is preempted): a decode only takes memory and
+an arrival joins the tail, so until then it would refuse the same request for the same reason.
+Everything else (the prefill admission, preemption, swapping) is the real
 :class:`~paged.core.scheduler.Scheduler`'s: a step that is not a plain decode in which every crossing
-finds a free block — a decode that must preempt, anything swapped out, no running request — brings
-every sequence up to date and runs :meth:`ServingLoop.step` itself; the calendar is rebuilt after it.
+finds a free block — a decode that must preempt by swapping, anything swapped out, no running
+request — brings every sequence up to date and runs :meth:`ServingLoop.step` itself; the calendar is
+rebuilt after it. A decode that must preempt by recomputation is the scheduler's own walk over the
+groups that need blocks (:meth:`CalendarServingLoop._preempting_decode`).
+
+Shared prefixes (§4.4): a provider-reserved prefix (``prefix_len``) and prefix-cache hits are full
+blocks, never written by a decode, so the calendar serves them unchanged. With automatic prefix caching
+the simulator's sequences have token ids only for their prompts, so a decode fills no block whose
+tokens are known and registers nothing (the prefill registers the prompt's full blocks; the loop
+commits them after it, as :meth:`ServingLoop.step` does). Which cached blocks are evicted depends on
+the order of allocations and frees, so a cache-keeping manager's finishing requests free their blocks
+in running order, as the step-by-step loop does, and a decode run whose later crossings could take
+more blocks than the free blocks that hold no cached KV (where the step-by-step loop, taking them at
+the run's end between the finishing requests' frees, could evict other blocks) is left to
+:meth:`ServingLoop.step`.
 
 The steps are the step-by-step loop's with its fast-forward (:mod:`paged.sim.fast_forward`): a decode
 step runs the same iterations (until an arrival is due, a request finishes, or a crossing finds no
@@ -30,12 +57,16 @@ Only the physical block ids a sequence gets may differ (blocks are taken in anot
 nothing measured depends on.
 
 Used by :func:`paged.sim.simulator.simulate` when it applies (:func:`applies`): requests of one
-sequence each without a shared prefix, no prefix cache, no memory or sharing recording, a time model
-with ``decode_time``. A block-table manager's tables may hold fewer tokens than their sequences
-between crossings (the blocks are there): the manager grows them to the sequence's count when asked.
+sequence or of parallel samples (beam searches have their own calendar, :mod:`paged.sim.beam_calendar`),
+with or without a shared prefix, no memory or sharing recording, a time model with ``decode_time``. A
+block-table manager's tables may hold fewer tokens than their sequences between crossings (the blocks
+are there): the manager grows them to the sequence's count when asked.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
 
 from paged.core.scheduler import SchedulerOutputs
 from paged.core.serving_loop import ServingLoop
@@ -45,13 +76,11 @@ __all__ = ["CalendarServingLoop", "applies"]
 
 
 def applies(groups, kv_manager, executor, *, record_memory: bool, record_sharing: bool) -> bool:
-    """Whether :class:`CalendarServingLoop` can serve ``groups`` (module docstring). O(groups)."""
+    """Whether :class:`CalendarServingLoop` can serve ``groups`` (module docstring): nothing recorded, a
+    time model with ``decode_time``, and no group replaying a beam search. O(groups)."""
     if record_memory or record_sharing or getattr(executor, "decode_time", None) is None:
         return False
-    if getattr(kv_manager, "enable_prefix_caching", False):
-        return False
-    return all(len(g.seqs) == 1 and not g.prefix_len and g.max_num_seqs <= 1 and getattr(g, "beam", None) is None
-               for g in groups)
+    return all(getattr(g, "beam", None) is None and g.max_num_seqs <= len(g.seqs) for g in groups)
 
 
 class CalendarServingLoop(ServingLoop):
@@ -60,48 +89,172 @@ class CalendarServingLoop(ServingLoop):
     (:class:`paged.sim.executor.SimulatedExecutor` over a cost model) and groups for which
     :func:`applies`."""
 
-    __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_context", "_block_size", "_allocates")
+    __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_lazy_buckets", "_lazy_need", "_cow", "_lazy", "_held",
+                 "_samples", "_context", "_block_size", "_allocates", "_caching", "_decode_times", "_refused")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
         manager = scheduler.kv_manager
-        self._block_size = manager.block_size
+        bs = self._block_size = manager.block_size
         # A contiguous reservation already holds every token its request will write: no decode allocates.
         self._allocates = getattr(manager, "decode_allocates", True)
+        # A prefix cache's evictions depend on the order of allocations and frees (module docstring).
+        self._caching = getattr(manager, "enable_prefix_caching", False)
         self._g = 0
-        self._offset: dict = {}  # running sequence -> G - its generated tokens
+        self._offset: dict[SequenceGroup, int] = {}  # running group -> G - its sequences' generated tokens
         self._finish_at: dict[int, list[SequenceGroup]] = {}  # G at which they finish -> groups
-        self._buckets = [[] for _ in range(self._block_size)]  # G mod block_size -> groups crossing then
+        self._buckets = [[] for _ in range(bs)]  # G mod block_size -> one-sequence groups crossing then
+        self._lazy_buckets = [[] for _ in range(bs)]  # G mod block_size -> groups of samples crossing then
+        self._lazy_need = [0] * bs  # G mod block_size -> blocks the groups of samples crossing then take
+        self._cow: list[SequenceGroup] = []  # groups whose first decode copies their shared last block
+        # A group of samples on the paged manager keeps the tables it joined with; the blocks its crossings
+        # and its first copies on write take are held in the manager (hold_blocks), written into its tables
+        # only when something reads them (_write_tables). Group -> (its generated tokens then, copies due).
+        self._lazy: dict[SequenceGroup, tuple[int, bool]] = {}
+        self._held: list[int] = []  # blocks the manager holds for those groups
+        self._samples = 0  # running sequences beyond one per running group (the samples past the first)
         self._context = 0  # Σ tokens of the running sequences
+        self._decode_times: dict[int, Callable[[int], float]] = {}  # batch size -> decode seconds of a context
+        # The scheduler refused the head of the queue and nothing that could change that has happened since
+        # (no request left the running batch): admission is not asked again (module docstring).
+        self._refused = False
+
+    def _decode_time_of(self, num_seqs: int) -> Callable[[int], float]:
+        """The time model's decode seconds of ``num_seqs`` sequences as a function of the context tokens
+        (its ``decode_time_of``, made once per batch size; the same seconds as ``decode_time``)."""
+        fn = self._decode_times.get(num_seqs)
+        if fn is None:
+            of = getattr(self.executor.iteration_time, "decode_time_of", None)
+            fn = self._decode_times[num_seqs] = of(num_seqs) if of is not None else \
+                partial(self.executor.decode_time, num_seqs)
+        return fn
 
     # -- the calendar ------------------------------------------------------------------
     def _join(self, group: SequenceGroup) -> None:
-        """Put a running group (one sequence, up to date) on the calendar."""
-        seq = group.seqs[0]
-        g = self._g
-        off = g - seq.num_generated
-        self._offset[seq] = off
+        """Put a running group (its sequences up to date, all with the same tokens, its tables the manager's)
+        on the calendar."""
+        seqs = group.seqs
+        width = len(seqs)
+        seq = seqs[0]
+        generated = seq.num_generated
+        off = self._g - generated
+        self._offset[group] = off
         self._finish_at.setdefault(off + group.output_len, []).append(group)
-        if self._allocates:
-            # The next decode of a sequence with room for num_tokens - 1 tokens in whole blocks needs a
-            # block when (num_tokens - 1) is a multiple of the block size: at G ≡ off + 1 - prompt.
-            self._buckets[(off + 1 - seq.prompt_len) % self._block_size].append(group)
-        self._context += seq.prompt_len + seq.num_generated
+        if width == 1:  # the common case, inline
+            if self._allocates:
+                # The next decode of a sequence with room for num_tokens - 1 tokens in whole blocks needs a
+                # block when (num_tokens - 1) is a multiple of the block size: at G ≡ off + 1 - prompt.
+                self._buckets[(off + 1 - seq.prompt_len) % self._block_size].append(group)
+            self._context += seq.prompt_len + generated
+            return
+        if self._allocates:  # a group of samples: its blocks past its tables are held (class docstring)
+            i = (off + 1 - seq.prompt_len) % self._block_size
+            self._lazy_buckets[i].append(group)
+            self._lazy_need[i] += width
+            # Prefilled once, not decoded yet: the samples share the prompt's partly filled last block.
+            cow = generated == 1 and seq.prompt_len % self._block_size > 0
+            if cow:
+                self._cow.append(group)
+            self._lazy[group] = (generated, cow)
+        self._samples += width - 1
+        self._context += width * (seq.prompt_len + generated)
 
-    def _sync(self) -> None:
+    def _held_for(self, group: SequenceGroup, generated: int) -> int:
+        """Blocks held for a group of samples (:attr:`_lazy`) whose sequences have generated ``generated``
+        tokens (the last not yet in the cache). O(1)."""
+        joined, cow = self._lazy[group]
+        seqs = group.seqs
+        bs, prompt_len = self._block_size, seqs[0].prompt_len
+        held = len(seqs) * (-(-(prompt_len + generated - 1) // bs) + (prompt_len + joined - 1) // -bs)
+        return held + len(seqs) - 1 if cow and generated > joined else held
+
+    def _release(self, count: int) -> None:
+        """Give the manager back ``count`` of the blocks held (they are interchangeable)."""
+        if count:
+            held = self._held
+            self.scheduler.kv_manager.release_blocks(held[-count:])
+            del held[-count:]
+
+    def _write_tables(self, group: SequenceGroup, generated: int) -> None:
+        """Write a group of samples' held blocks into its sequences' tables: each gets the blocks of
+        ``prompt_len + generated - 1`` tokens, the first copies of its shared last block (all samples but the
+        last) included. O(blocks)."""
+        seqs = group.seqs
+        count = self._held_for(group, generated)
+        joined, cow = self._lazy.pop(group)
+        if not count:
+            return
+        manager = self.scheduler.kv_manager
+        held = self._held[-count:]
+        del self._held[-count:]
+        pool = iter(held)
+        tokens = seqs[0].prompt_len + generated - 1
+        blocks = -(-tokens // self._block_size)
+        tables = []
+        for i, seq in enumerate(seqs):
+            table = manager.get_block_table(seq)
+            if cow and i < len(seqs) - 1:
+                table.pop()  # the shared last block: the last sample writes it, the others a copy
+            tables.append((seq, table + [next(pool) for _ in range(blocks - len(table))], tokens))
+        manager.replace_tables(tables, held=held)
+
+    def _leave(self, group: SequenceGroup) -> None:
+        """Take a running group off the calendar (its sequences up to date, its held blocks given back)."""
+        seqs = group.seqs
+        seq = seqs[0]
+        off = self._offset.pop(group)
+        due = self._finish_at[off + group.output_len]
+        due.remove(group)
+        if not due:  # an empty entry would end the next decode run there
+            del self._finish_at[off + group.output_len]
+        if self._allocates:
+            i = (off + 1 - seq.prompt_len) % self._block_size
+            if len(seqs) == 1:
+                self._buckets[i].remove(group)
+            else:
+                self._lazy_buckets[i].remove(group)
+                self._lazy_need[i] -= len(seqs)
+                self._lazy.pop(group, None)
+                if group in self._cow:
+                    self._cow.remove(group)
+        self._samples -= len(seqs) - 1
+        self._context -= len(seqs) * seq.num_tokens
+
+    def _clear(self) -> None:
         """Bring every running sequence's token count up to date and empty the calendar."""
         g = self._g
-        for seq, off in self._offset.items():
-            seq.num_generated = g - off
+        for group, off in self._offset.items():
+            for seq in group.seqs:
+                seq.num_generated = g - off
         self._offset.clear()
         self._finish_at.clear()
-        for bucket in self._buckets:
-            bucket.clear()
-        self._context = 0
+        bs = self._block_size
+        self._buckets = [[] for _ in range(bs)]
+        self._lazy_buckets = [[] for _ in range(bs)]
+        self._lazy_need = [0] * bs
+        self._cow.clear()
+        self._lazy.clear()
+        self._samples = self._context = 0
+        self._refused = False
+
+    def _sync(self) -> None:
+        """Bring every running sequence up to date (token counts; the held blocks written into the tables)
+        and empty the calendar."""
+        g = self._g
+        for group in list(self._lazy):
+            self._write_tables(group, g - self._offset[group])
+        self._clear()
 
     def _rebuild(self) -> None:
         for group in self.scheduler.running:
             self._join(group)
+
+    def abandon(self) -> list[SequenceGroup]:
+        """:meth:`ServingLoop.abandon` after giving the manager back the blocks held past the tables and
+        bringing the token counts up to date (the aborted requests then free everything they hold)."""
+        self._release(len(self._held))
+        self._clear()
+        return ServingLoop.abandon(self)
 
     def abort_request(self, request_id) -> bool:
         """:meth:`ServingLoop.abort_request` on up-to-date sequences (the calendar is rebuilt after)."""
@@ -121,10 +274,11 @@ class CalendarServingLoop(ServingLoop):
             num_groups = len(groups)
             now = self.executor.now
             nxt = self._admit_arrivals()
-            if scheduler.waiting and not scheduler.swapped:
+            if scheduler.waiting and not scheduler.swapped and not self._refused:
                 outputs = scheduler.schedule_prefills()
                 if outputs.scheduled_seq_groups:
                     return self._prefill(outputs, now)
+                self._refused = True
             if scheduler.running and not scheduler.swapped:
                 finished = self._decode(now, groups[nxt].arrival_time if nxt < num_groups else float("inf"))
                 if finished is not None:
@@ -134,7 +288,6 @@ class CalendarServingLoop(ServingLoop):
             self._rebuild()
             return finished
         except BaseException:
-            self._sync()
             self.abandon()
             raise
 
@@ -147,6 +300,8 @@ class CalendarServingLoop(ServingLoop):
                 group.first_scheduled_time = now
         self._count_prefill(outputs)
         any_finished = executor.execute(scheduler, outputs)
+        if self._commit is not None:
+            self._commit()  # the KV of the prompt blocks this prefill registered is written
         result.num_iterations += 1
         result.batched_requests_sum += len(scheduled)
         busy = executor.now - now
@@ -159,60 +314,93 @@ class CalendarServingLoop(ServingLoop):
         return self._retire(finished)
 
     def _decode(self, now: float, next_arrival: float) -> list[SequenceGroup] | None:
-        """A decode step by the calendar: the first iteration, then the following ones while no
-        request arrives or finishes and every crossing finds a free block (the fast-forward's run).
-        None, changing nothing, if the first iteration's crossings do not all find a free block."""
+        """A decode step by the calendar: the first iteration, then, unless it copied blocks on write, the
+        following ones while no request arrives or finishes and every crossing finds a free block (the
+        fast-forward's run). None, changing nothing, if the first iteration's blocks are not all free and
+        the scheduler would preempt by swapping, or if a prefix cache could evict otherwise than the
+        step-by-step loop (module docstring)."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
-        offset, buckets, bs = self._offset, self._buckets, self._block_size
-        g = self._g
-        free = -1  # free blocks, read when a crossing needs them
-        bucket = buckets[g % bs]
-        if bucket:
-            free = (manager.num_total_slots - manager.num_used_slots) // bs
-            if len(bucket) > free:  # the scheduler preempts
-                return None if scheduler.preemption_mode == "swap" else self._preempting_decode(now, next_arrival)
-            free -= self._cross(bucket, g, manager)
-        n = len(scheduler.running)
+        buckets, lazy_needs, bs = self._buckets, self._lazy_need, self._block_size
         finish_at = self._finish_at
-        decode_time = executor.decode_time
+        g0 = g = self._g
+        cow = self._cow
+        free = -1  # free blocks, read when a crossing needs them
+        copies = 0
+        if self._allocates:
+            need = len(buckets[g % bs]) + lazy_needs[g % bs]
+            for group in cow:
+                copies += len(group.seqs) - 1
+            need += copies
+            if need:
+                free = (manager.num_total_slots - manager.num_used_slots) // bs
+                if need > free:  # the scheduler preempts
+                    return None if scheduler.preemption_mode == "swap" else self._preempting_decode(now, next_arrival)
+                free -= need
+        n = len(scheduler.running) + self._samples
+        decode_time = self._decode_time_of(n)
         context = self._context
-        t = now + decode_time(n, context)
-        context += n
-        g += 1
-        k = 1
-        if g not in finish_at:
-            while next_arrival > t:
-                bucket = buckets[g % bs]
-                if bucket:
-                    if free < 0:
-                        free = (manager.num_total_slots - manager.num_used_slots) // bs
-                    if len(bucket) > free:
-                        break  # the next iteration would need more blocks than are free
-                    free -= self._cross(bucket, g, manager)
-                t += decode_time(n, context)
-                context += n
-                g += 1
-                k += 1
-                if g in finish_at:
-                    break
+        crossed = [g] if free >= 0 else []  # the iterations whose crossings take blocks
+        if copies:  # the first iteration copies blocks: a step of its own
+            seconds = executor.iteration_time.block_copy_time(copies)
+            t = now + (seconds + decode_time(context))
+            executor.cow_blocks += copies
+            executor.cow_seconds += seconds
+            cow.clear()
+            context += n
+            g += 1
+            k = 1
+        else:
+            t = now + decode_time(context)
+            context += n
+            g += 1
+            k = 1
+            later = 0  # blocks the crossings after the first iteration take
+            if g not in finish_at:
+                while next_arrival > t:
+                    need = len(buckets[g % bs]) + lazy_needs[g % bs]
+                    if need:
+                        if free < 0:
+                            free = (manager.num_total_slots - manager.num_used_slots) // bs
+                        if need > free:
+                            break  # the next iteration would need more blocks than are free
+                        free -= need
+                        later += need
+                        crossed.append(g)
+                    t += decode_time(context)
+                    context += n
+                    g += 1
+                    k += 1
+                    if g in finish_at:
+                        break
+            allocator = manager.gpu_allocator if self._caching else None
+            if later and allocator is not None and later + len(buckets[g0 % bs]) + lazy_needs[g0 % bs] > \
+                    allocator.num_free_blocks - allocator.num_evictable_blocks:
+                return None  # the run's crossings could evict cached blocks: the step-by-step loop's order decides
+        hold = copies
+        for i in crossed:
+            if buckets[i % bs]:
+                self._cross(buckets[i % bs], i, manager)
+            hold += lazy_needs[i % bs]
+        if hold:
+            self._held += manager.hold_blocks(hold)
         self._g = g
         executor.now = t
         result.num_iterations += k
-        result.batched_requests_sum += k * n
+        result.batched_requests_sum += k * len(scheduler.running)
         busy = t - now
         result.busy_seconds += busy
-        result.batched_requests_seconds += busy * n
+        result.batched_requests_seconds += busy * len(scheduler.running)
         return self._finish(g, context)
 
     def _preempting_decode(self, now: float, next_arrival: float) -> list[SequenceGroup]:
         """The first decode iteration needs more blocks than are free: the scheduler's decode step
-        (:meth:`~paged.core.scheduler.Scheduler.schedule_decodes`, recomputation) on the sequences that
-        need a block: walking the running groups in order, each crossing takes a free block, and when
-        none is left the latest-arriving group is preempted (the crossing one itself when it is the
-        latest) until it fits. Groups that cross nothing need nothing and are kept. Then one iteration,
-        as :meth:`ServingLoop.step` with the simulated executor runs it; the calendar drops the
-        preempted groups."""
+        (:meth:`~paged.core.scheduler.Scheduler.schedule_decodes`, recomputation) on the groups that need
+        blocks (crossings, first copies on write): walking the running groups in order, each takes what it
+        needs, and while it does not fit the latest-arriving group is preempted (the needy one itself when
+        it is the latest; a group of samples gives back its held blocks first). Groups that need nothing
+        are kept. Then one iteration, as :meth:`ServingLoop.step` with the simulated executor runs it; the
+        calendar drops the preempted groups."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
         offset = self._offset
@@ -220,42 +408,60 @@ class CalendarServingLoop(ServingLoop):
         bs = self._block_size
         running = scheduler.running
         outputs = SchedulerOutputs([], is_prefill=False)
-        crossing = sorted((running.index(group), group) for group in self._buckets[g % bs])
+        self._refused = False  # preempted groups go back to the head of the queue
+        cow = set(self._cow)
+        needy = self._buckets[g % bs]
+        if self._lazy_buckets[g % bs] or cow:
+            needy = [*needy, *self._lazy_buckets[g % bs], *cow]
+        needy = sorted((running.index(group), group) for group in needy)
         hi = len(running)
         free = (manager.num_total_slots - manager.num_used_slots) // bs
-        for pos, group in crossing:
-            seq = group.seqs[0]
+        copies = 0
+        for pos, group in needy:
             if pos >= hi:
                 break  # preempted already
-            while not free:
+            width = len(group.seqs)
+            need = width - (group in cow)
+            while free < need:
                 hi = hi - 1 if hi - 1 > pos else pos
                 victim = running[hi]
-                vseq = victim.seqs[0]
-                vseq.num_generated = g - offset[vseq]
+                generated = g - offset[victim]
+                for seq in victim.seqs:
+                    seq.num_generated = generated
+                if victim in self._lazy:
+                    self._release(self._held_for(victim, generated))
                 scheduler.preempt(victim, outputs)
                 free = (manager.num_total_slots - manager.num_used_slots) // bs
                 if hi == pos:
                     break
             if hi <= pos:
                 break
-            seq.num_generated = g - offset[seq]
-            manager.append_slots(seq)
-            free -= 1
+            if width == 1:
+                seq = group.seqs[0]
+                seq.num_generated = g - offset[group]
+                manager.append_slots(seq)
+            else:
+                self._held += manager.hold_blocks(need)
+                if group in cow:
+                    copies += need
+            free -= need
         del running[hi:]
         outputs.scheduled_seq_groups = list(running)
-        bs = self._block_size
-        context = self._context
+        finish_at, buckets = self._finish_at, self._buckets
         for group in outputs.preempted:
-            seq = group.seqs[0]
-            off = offset.pop(seq)
-            due = self._finish_at[off + group.output_len]
+            if len(group.seqs) > 1:
+                self._leave(group)
+                continue
+            seq = group.seqs[0]  # one sequence: _leave, inline
+            off = offset.pop(group)
+            due = finish_at[off + group.output_len]
             due.remove(group)
             if not due:  # an empty entry would end the next decode run there
-                del self._finish_at[off + group.output_len]
+                del finish_at[off + group.output_len]
             if self._allocates:
-                self._buckets[(off + 1 - seq.prompt_len) % bs].remove(group)
-            context -= seq.prompt_len + seq.num_generated
-        self._context = context
+                buckets[(off + 1 - seq.prompt_len) % bs].remove(group)
+            self._context -= seq.prompt_len + seq.num_generated
+        self._cow.clear()  # every copying group has copied or left
         n = len(outputs.scheduled_seq_groups)
         if not n:  # every running group was preempted: ServingLoop.step waits for the next arrival
             if next_arrival == float("inf"):
@@ -263,7 +469,14 @@ class CalendarServingLoop(ServingLoop):
                                    "to arrive (a request larger than the free KV cache?)")
             executor.wait_until(max(now, next_arrival))
             return []
-        t = now + executor.decode_time(n, context)
+        num_seqs, context = n + self._samples, self._context
+        if copies:
+            seconds = executor.iteration_time.block_copy_time(copies)
+            t = now + (seconds + self._decode_time_of(num_seqs)(context))
+            executor.cow_blocks += copies
+            executor.cow_seconds += seconds
+        else:
+            t = now + self._decode_time_of(num_seqs)(context)
         self._g = g + 1
         executor.now = t
         result.num_iterations += 1
@@ -271,7 +484,7 @@ class CalendarServingLoop(ServingLoop):
         busy = t - now
         result.busy_seconds += busy
         result.batched_requests_seconds += busy * n
-        return self._finish(g + 1, context + n)
+        return self._finish(g + 1, context + num_seqs)
 
     def _finish(self, g: int, context: int) -> list[SequenceGroup]:
         """After the decode that brought the counter to ``g`` (the running sequences' tokens now total
@@ -280,30 +493,48 @@ class CalendarServingLoop(ServingLoop):
         if ending is None:
             self._context = context
             return []
+        self._refused = False  # their memory and sequences go back: the head of the queue may fit now
         scheduler = self.scheduler
+        if self._caching and len(ending) > 1:  # freed in running order, as the step-by-step loop frees them
+            ending.sort(key=scheduler.running.index)
         finish = scheduler.finish_seq
-        offset, buckets, bs = self._offset, self._buckets, self._block_size
+        offset, buckets, bs, allocates = self._offset, self._buckets, self._block_size, self._allocates
         for group in ending:
-            seq = group.seqs[0]
-            del offset[seq]
-            seq.num_generated = group.output_len
-            context -= seq.prompt_len + seq.num_generated
-            if self._allocates:
-                buckets[(g - group.output_len + 1 - seq.prompt_len) % bs].remove(group)
-            finish(seq)
+            seqs = group.seqs
+            del offset[group]
+            length = group.output_len
+            if len(seqs) == 1:  # the common case, inline
+                seq = seqs[0]
+                seq.num_generated = length
+                if allocates:
+                    buckets[(g - length + 1 - seq.prompt_len) % bs].remove(group)
+                finish(seq)
+                context -= seq.prompt_len + length
+                continue
+            for seq in seqs:
+                seq.num_generated = length
+            if allocates:
+                i = (g - length + 1 - seqs[0].prompt_len) % bs
+                self._lazy_buckets[i].remove(group)
+                self._lazy_need[i] -= len(seqs)
+                self._release(self._held_for(group, length))
+                del self._lazy[group]
+            for seq in seqs:
+                finish(seq)
+            self._samples -= len(seqs) - 1
+            context -= len(seqs) * seqs[0].num_tokens
         self._context = context
         return self._retire(scheduler.free_finished_seq_groups(ending))
 
-    def _cross(self, bucket: list, g: int, manager) -> int:
-        """The sequences of ``bucket`` cross a block boundary in the decode at ``G = g``: bring them up
-        to date and let the manager give each its block. Returns how many."""
+    def _cross(self, bucket: list, g: int, manager) -> None:
+        """The one-sequence groups of ``bucket`` cross a block boundary in the decode at ``G = g``: bring
+        them up to date and let the manager give each its block."""
         offset = self._offset
         append_slots = manager.append_slots
         for group in bucket:
             seq = group.seqs[0]
-            seq.num_generated = g - offset[seq]
+            seq.num_generated = g - offset[group]
             append_slots(seq)
-        return len(bucket)
 
     def _retire(self, finished: list[SequenceGroup]) -> list[SequenceGroup]:
         now = self.executor.now

@@ -20,7 +20,9 @@ the dropped candidates and forks the new ones in one call, the same frees and fo
 as one ``Scheduler.finish_seq`` / ``Scheduler.fork_seq`` each (``batched_beam=False``, the reference
 the tests compare against; also taken for a manager without ``free_and_fork``). Beam groups are
 not fast-forwarded: each step changes the block tree (forks, frees, copy-on-write copies priced with
-the next iteration), so it is applied to the real manager one iteration at a time.
+the next iteration), so it is applied to the real manager one iteration at a time. The simulator's
+beam calendar (:mod:`paged.sim.beam_calendar`) runs their prefills through this executor and reads
+their decode steps from per-step profiles of the recorded searches instead.
 
 Fast-forward (:func:`paged.sim.fast_forward.decode_run`): when the time model has a
 ``decode_time(num_seqs, context_tokens)`` method (a :class:`paged.sim.cost_model.CostModel`),

@@ -22,6 +22,8 @@ it with ``kv_copy_time(tokens)`` (:class:`paged.sim.executor.SimulatedExecutor`)
 
 from __future__ import annotations
 
+from functools import partial
+
 from paged.core.scheduler import SchedulerOutputs
 from paged.core.sequence import SequenceStatus
 
@@ -41,6 +43,12 @@ class IterationCostModel:
     def decode_time(self, num_seqs: int, context_tokens: int) -> float:  # pragma: no cover - abstract
         """Seconds for one decode of ``num_seqs`` sequences whose contexts total ``context_tokens``."""
         raise NotImplementedError
+
+    def decode_time_of(self, num_seqs: int):
+        """:meth:`decode_time` of ``num_seqs`` sequences as a function of the context tokens alone (here
+        :meth:`decode_time` itself with the first argument bound; subclasses compute their constant terms
+        once, returning exactly the same seconds)."""
+        return partial(self.decode_time, num_seqs)
 
     def swap_time(self, num_blocks: int) -> float:  # pragma: no cover - abstract
         """Seconds to move ``num_blocks`` KV blocks one way between device and host."""

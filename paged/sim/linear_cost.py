@@ -14,7 +14,9 @@ simulator here stands in for the paper's GPUs).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from numbers import Real
 
 import numpy as np
@@ -61,6 +63,16 @@ class LinearCostModel(IterationCostModel):
         (linear in the context, as the simulator's fast-forward needs)."""
         a, b, c = self.decode
         return a + b * num_seqs + c * context_tokens
+
+    def decode_time_of(self, num_seqs: int) -> Callable[[int], float]:
+        """:meth:`decode_time` of ``num_seqs`` sequences as a function of the context tokens alone (the
+        same seconds: ``a + b·n`` computed once, then plus ``c·context``; a subclass that overrides
+        :meth:`decode_time` gets its own, bound to ``num_seqs``)."""
+        if type(self).decode_time is not LinearCostModel.decode_time:
+            return partial(self.decode_time, num_seqs)
+        a, b, c = self.decode
+        fixed = a + b * num_seqs
+        return lambda context_tokens: fixed + c * context_tokens
 
     def prefill_time(self, prompt_lens: list[int]) -> float:
         """Seconds of one prefill over prompts of ``prompt_lens`` tokens."""

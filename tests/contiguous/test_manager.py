@@ -70,6 +70,27 @@ def test_buddy_never_overlaps_and_frees_everything(ops):
     assert buddy.num_free_slots == 1000
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 300)), max_size=40), st.integers(1, 300))
+def test_buddy_counts_the_reservations_it_could_take(ops, size):
+    """num_allocatable is how many allocations of one size succeed in a row (the admission of a group)."""
+    buddy = BuddyAllocator(1000)
+    live = []
+    for alloc, n in ops:
+        if alloc and buddy.can_allocate(n):
+            live.append(buddy.allocate(n))
+        elif live:
+            buddy.free(live.pop(0))
+    count = buddy.num_allocatable(size)
+    assert buddy.num_allocatable(size, 1) >= min(count, 1) and buddy.num_allocatable(size, count) == count
+    taken = []
+    while buddy.can_allocate(size):
+        taken.append(buddy.allocate(size))
+    assert len(taken) == count
+    for start in taken:
+        buddy.free(start)
+
+
 def test_manager_never_for_requests_outgrowing_reservation_or_cache():
     mgr = ContiguousKVCacheManager(4096, "max", max_seq_len=2048)
     assert mgr.can_allocate(group(2000, 100)) is AllocStatus.NEVER

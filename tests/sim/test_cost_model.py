@@ -106,3 +106,40 @@ def test_efficiency_factors_have_sourced_ends_and_move_time_the_right_way():
     for bad in (0, 1.5, True, "0.8"):
         with pytest.raises(ValueError, match="memory_efficiency must be a fraction"):
             get_cost_model("opt-13b", memory_efficiency=bad)
+
+
+@pytest.mark.parametrize("cpu_scale", [0.0, 1.0, 2.0])
+@pytest.mark.parametrize("block_size", [1, 16, 128])
+@pytest.mark.parametrize("preset", ["opt-13b", "opt-175b", "llama-13b"])
+def test_decode_time_of_a_batch_is_decode_time_bit_for_bit(preset, block_size, cpu_scale):
+    """The simulator's calendars sum per-iteration times from decode_time_of: exactly decode_time's floats."""
+    import random
+
+    from paged.sim.linear_cost import LinearCostModel
+
+    rng = random.Random(block_size)
+    for model in (get_cost_model(preset, block_size=block_size, cpu_scale=cpu_scale),
+                  get_cost_model(preset, block_size=block_size, cpu_scale=cpu_scale, paged_kernel=False),
+                  LinearCostModel((0.01, 1e-4 * cpu_scale, 3e-7), (0.01, 0.0, 1e-5, 1e-9))):
+        for _ in range(200):
+            n = rng.randint(1, 512)
+            of = model.decode_time_of(n)
+            assert all(of(c) == model.decode_time(n, c) for c in (n, rng.randint(n, 10**6), rng.randint(n, 10**8)))
+
+
+def test_decode_time_of_follows_an_overridden_decode_time():
+    """A cost model that overrides decode_time (a recorder) is still called once per iteration."""
+    from dataclasses import fields
+
+    from paged.sim.cost_model import CostModel
+
+    calls = []
+
+    class Counting(CostModel):
+        def decode_time(self, num_seqs, context_tokens):
+            calls.append((num_seqs, context_tokens))
+            return CostModel.decode_time(self, num_seqs, context_tokens)
+
+    cost = get_cost_model("opt-13b")
+    counting = Counting(**{f.name: getattr(cost, f.name) for f in fields(CostModel)})
+    assert counting.decode_time_of(3)(300) == cost.decode_time(3, 300) and calls == [(3, 300)]

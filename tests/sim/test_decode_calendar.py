@@ -1,6 +1,8 @@
 """The decode calendar serves exactly as the step-by-step loop with its fast-forward: every result
 field and every request's times bit-identical, through arrivals, finishes, block crossings,
-preemption by recomputation and by swapping, on the paged and the contiguous managers."""
+preemption by recomputation and by swapping, on the paged and the contiguous managers; for single
+sequences, parallel samples (the first decode's copy-on-write, lock-step crossings, preemption of whole
+groups) and requests sharing a few-shot prefix (reserved, or found by prefix caching)."""
 
 import math
 
@@ -13,6 +15,11 @@ from paged.experiments.serving.run_length import long_trace
 from paged.sim.decode_calendar import CalendarServingLoop, applies
 from paged.systems import make_kv_manager
 from paged.sim.executor import SimulatedExecutor
+from paged.block.manager import PagedKVCacheManager
+from paged.contiguous import ContiguousKVCacheManager
+from paged.sim.cost_model import get_cost_model
+from paged.workloads import get_trace
+from support import served_both, synthetic_trace
 
 _FIELDS = ("num_iterations", "duration", "batched_requests_sum", "num_preemptions", "num_prefill_iterations",
            "prefill_batched_requests_sum", "prefill_tokens", "recomputed_tokens", "busy_seconds",
@@ -60,11 +67,13 @@ def test_used_only_where_it_applies():
     assert applies(single, manager, executor, record_memory=False, record_sharing=False)
     assert not applies(single, manager, executor, record_memory=True, record_sharing=False)
     assert not applies(single, manager, executor, record_memory=False, record_sharing=True)
-    assert not applies(groups_from_trace(requests, n=2), manager, executor, record_memory=False, record_sharing=False)
+    assert applies(groups_from_trace(requests, n=2), manager, executor, record_memory=False, record_sharing=False)
+    assert applies(single, make_kv_manager("paged", cost.num_kv_slots, enable_prefix_caching=True), executor,
+                   record_memory=False, record_sharing=False)
+    assert not applies(groups_from_trace(requests, beam_width=2), manager, executor, record_memory=False,
+                       record_sharing=False)
     assert not applies(single, manager, SimulatedExecutor(cost, fast_forward=False), record_memory=False,
                        record_sharing=False)
-    assert not applies(single, make_kv_manager("paged", cost.num_kv_slots, enable_prefix_caching=True), executor,
-                       record_memory=False, record_sharing=False)
     assert issubclass(CalendarServingLoop, ServingLoop)
 
 
@@ -87,4 +96,125 @@ def test_an_escaping_exception_leaves_no_block_held():
     with pytest.raises(KeyboardInterrupt):
         loop.run()
     assert manager.num_used_slots == 0 and not loop.has_work
+    manager.check_invariants()
+
+
+def _manager(system, block_size, slots, caching=False):
+    if system == "paged":
+        return PagedKVCacheManager(slots // block_size, block_size, num_cpu_blocks=slots // block_size // 2,
+                                   enable_prefix_caching=caching)
+    return ContiguousKVCacheManager(slots, system.removeprefix("orca-"), max_seq_len=2048)
+
+
+CASES = [("paged", 16, "recompute"), ("paged", 1, "recompute"), ("paged", 128, "recompute"), ("paged", 16, "swap"),
+         ("orca-oracle", 16, "recompute"), ("orca-pow2", 16, "recompute"), ("orca-max", 16, "recompute")]
+
+
+@pytest.mark.parametrize("width", [2, 4, 6])
+@pytest.mark.parametrize("system, block_size, preemption", CASES, ids=[f"{s}-{b}-{p}" for s, b, p in CASES])
+@pytest.mark.parametrize("load", ["light", "overloaded"])
+def test_parallel_samples_same_results_as_the_step_by_step_loop(monkeypatch, system, block_size, preemption, width,
+                                                                load):
+    trace = synthetic_trace(40 if load == "light" else 30, 20.0 if load == "light" else 80.0, seed=width,
+                            max_prompt=150, max_output=100)
+    if system == "paged":  # overloaded: a cache a few groups fill, so groups are preempted
+        slots = 1 << 16 if load == "light" else (1024 if block_size == 1 else 1536 if block_size == 16 else 4096)
+    else:
+        slots = (1 << 19 if system == "orca-max" else 1 << 16) if load == "light" else 1 << 14
+    cost = get_cost_model("opt-13b", block_size=block_size if system == "paged" else 16, paged_kernel=system == "paged")
+    fast, ref = served_both(monkeypatch, trace, lambda: _manager(system, block_size, slots), cost,
+                            preemption_mode=preemption, n=width, max_num_batched_tokens=4096)
+    assert fast[1] == ["CalendarServingLoop"] and ref[1] == []
+    assert fast[0] == ref[0]
+    fields = fast[0][0]
+    if system == "paged":
+        assert (fields["cow_blocks"] > 0) == (block_size > 1)  # a prompt ending inside a block is copied on write
+        assert (fields["num_preemptions"] > 0) == (load == "overloaded")
+    assert fast[2].num_used_slots == ref[2].num_used_slots == 0
+
+
+@pytest.mark.parametrize("trace_name", ["wmt16-1shot", "wmt16-5shot"])
+@pytest.mark.parametrize("system, block_size, mode", [("paged", 16, "reserved"), ("paged", 16, "tokens"),
+                                                      ("paged", 1, "tokens"), ("paged", 128, "reserved"),
+                                                      ("orca-oracle", 16, "reserved")])
+@pytest.mark.parametrize("load", ["light", "overloaded"])
+def test_shared_prefix_same_results_as_the_step_by_step_loop(monkeypatch, trace_name, system, block_size, mode, load):
+    trace = get_trace(trace_name, 60 if load == "light" else 80, seed=2, rate=10.0 if load == "light" else 200.0)
+    slots = 1 << 15 if load == "light" else 1 << 11
+    cost = get_cost_model("llama-13b", block_size=block_size if system == "paged" else 16,
+                          paged_kernel=system == "paged")
+    fast, ref = served_both(monkeypatch, trace, lambda: _manager(system, block_size, slots, mode == "tokens"), cost,
+                            shared_prefix=mode, max_num_batched_tokens=4096)
+    assert fast[1] == ["CalendarServingLoop"] and ref[1] == []
+    assert fast[0] == ref[0]
+    groups = fast[0][1]
+    if system == "paged":
+        if trace[0].prefix_len >= block_size:  # a full block of the prefix is shared
+            assert sum(g[6] for g in groups) > 0
+        if block_size <= 16:
+            assert (fast[0][0]["num_preemptions"] > 0) == (load == "overloaded")
+    assert fast[2].num_used_slots == ref[2].num_used_slots
+
+
+def test_prefix_cached_decodes_register_nothing(monkeypatch):
+    """Simulated sequences have token ids only for their prompts: only prefills add prefix-cache entries."""
+    from paged.block.prefix_caching import PrefixCachingBlockAllocator
+    from paged.sim.simulator import simulate
+
+    registered = [0]
+    register = PrefixCachingBlockAllocator.register
+
+    def counting(self, *args, **kwargs):
+        registered[0] += 1
+        return register(self, *args, **kwargs)
+
+    monkeypatch.setattr(PrefixCachingBlockAllocator, "register", counting)
+    cost = get_cost_model("llama-13b")
+    log = []
+
+    def timed(outputs):  # registrations since the last iteration came from scheduling this one
+        log.append((outputs.is_prefill, registered[0]))
+        registered[0] = 0
+        return cost(outputs)
+
+    trace = get_trace("wmt16-5shot", 60, seed=1, rate=100.0)
+    simulate(trace, PagedKVCacheManager(1 << 9, 16, enable_prefix_caching=True), timed, shared_prefix="tokens",
+             record_memory=False, fast_forward=False)
+    assert any(count for prefill, count in log if prefill)
+    assert not any(count for prefill, count in log if not prefill)
+
+
+def test_parallel_samples_an_exception_or_an_abort_leaves_no_block_held():
+    """Blocks held for groups of samples outside their tables go back on an abort and on an escaping exception."""
+    from paged.core.scheduler import Scheduler
+    from paged.sim.simulator import groups_from_trace
+
+    requests = synthetic_trace(40, 40.0, seed=5, max_prompt=120, max_output=80)
+    cost = get_cost_model("opt-13b")
+
+    def stop(finished):
+        raise KeyboardInterrupt
+
+    manager = _manager("paged", 16, 1 << 14)
+    loop = CalendarServingLoop(Scheduler(manager), SimulatedExecutor(cost), groups_from_trace(requests, n=4),
+                               on_finish=stop)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run()
+    assert manager.num_used_slots == 0 and not loop.has_work
+    manager.check_invariants()
+
+    manager = _manager("paged", 16, 1 << 14)
+    groups = groups_from_trace(requests, n=4)
+    loop = CalendarServingLoop(Scheduler(manager), SimulatedExecutor(cost), groups)
+    for _ in range(60):
+        loop.step()
+    victim = loop.scheduler.running[0]  # the earliest arrival still running: it has crossed into new blocks
+    held = manager.num_used_slots
+    assert loop.abort_request(victim.request_id)
+    assert manager.num_used_slots < held
+    manager.check_invariants()  # the other groups' held blocks are in their tables again
+    result = loop.run()
+    assert victim.aborted and all(g.finished_time is not None for g in result.groups)
+    assert all(s.num_generated == g.output_len for g in result.groups if not g.aborted for s in g.seqs)
+    assert manager.num_used_slots == 0
     manager.check_invariants()

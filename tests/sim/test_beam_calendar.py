@@ -1,0 +1,160 @@
+"""The beam calendar serves replayed beam searches exactly as the step-by-step loop (§4.4, Fig. 14): every
+result field (copy-on-write blocks and seconds, contiguous fork copies), every request's times, preemptions
+and its candidates' tokens, on the paged manager (block sizes 1, 16, 128; recomputation and swapping, where
+an overloaded run writes out its tables and continues step by step) and the contiguous ones. Its block
+profiles match the paged manager's own steps, and it is used only where it applies."""
+
+import random
+
+import pytest
+from support import served_both, synthetic_trace
+
+from paged.block.manager import PagedKVCacheManager
+from paged.contiguous import ContiguousKVCacheManager
+from paged.core.scheduler import Scheduler
+from paged.sim.beam_blocks import BeamBlockTree, fork_counts, paged_profile
+from paged.sim.beam_calendar import BeamCalendarServingLoop, applies
+from paged.sim.cost_model import get_cost_model
+from paged.sim.decode_calendar import applies as sequence_applies
+from paged.sim.executor import SimulatedExecutor
+from paged.sim.simulator import groups_from_trace
+from paged.workloads import Request
+
+
+def _manager(system, block_size, slots):
+    if system == "paged":
+        return PagedKVCacheManager(slots // block_size, block_size, num_cpu_blocks=slots // block_size // 2)
+    return ContiguousKVCacheManager(slots, system.removeprefix("orca-"), max_seq_len=2048)
+
+
+CASES = [("paged", 16, "recompute"), ("paged", 1, "recompute"), ("paged", 128, "recompute"), ("paged", 16, "swap"),
+         ("orca-oracle", 16, "recompute"), ("orca-pow2", 16, "recompute"), ("orca-max", 16, "recompute")]
+
+
+@pytest.mark.parametrize("width", [2, 4, 6])
+@pytest.mark.parametrize("system, block_size, preemption", CASES, ids=[f"{s}-{b}-{p}" for s, b, p in CASES])
+@pytest.mark.parametrize("load", ["light", "overloaded"])
+def test_same_results_as_the_step_by_step_loop(monkeypatch, system, block_size, preemption, width, load):
+    trace = synthetic_trace(30 if load == "light" else 20, 20.0 if load == "light" else 60.0, seed=width,
+                            max_prompt=150, max_output=100)
+    if system == "paged":  # overloaded: a cache a few groups fill, so groups are preempted
+        slots = 1 << 16 if load == "light" else (1024 if block_size == 1 else 1792 if block_size == 16 else 4096)
+    else:  # overloaded: requests queue for reservations (a contiguous decode never preempts)
+        slots = (1 << 19 if system == "orca-max" else 1 << 16) if load == "light" else 1 << 14
+    cost = get_cost_model("opt-13b", block_size=block_size if system == "paged" else 16, paged_kernel=system == "paged")
+    fast, ref = served_both(monkeypatch, trace, lambda: _manager(system, block_size, slots), cost,
+                            preemption_mode=preemption, beam_width=width, max_num_batched_tokens=4096)
+    assert fast[1] == ["BeamCalendarServingLoop"] and ref[1] == []
+    assert fast[0] == ref[0]
+    fields = fast[0][0]
+    if system == "paged":
+        assert fields["kv_copy_tokens"] == 0 and (fields["cow_blocks"] > 0) == (block_size > 1)
+        assert (fields["num_preemptions"] > 0) == (load == "overloaded")
+        assert fast[2].get_num_free_gpu_blocks() == ref[2].get_num_free_gpu_blocks() == slots // block_size
+    else:
+        assert fields["cow_blocks"] == 0 and fields["kv_copy_tokens"] > 0
+        assert fast[2].buddy.num_free_slots == slots
+
+
+@pytest.mark.parametrize("width", [2, 4, 6])
+@pytest.mark.parametrize("block_size", [1, 5, 16, 128])
+def test_paged_profile_is_the_managers_own_steps(width, block_size):
+    """A group replayed step by step on the real manager takes, copies and frees what its profile says."""
+    rng = random.Random(width * 1000 + block_size)
+    for _ in range(6):
+        prompt, length = rng.randint(1, 300), rng.randint(2, 200)
+        (group,) = groups_from_trace([Request(rng.randrange(12), prompt, length, 0.0)], beam_width=width)
+        manager = PagedKVCacheManager(1 << 14, block_size)
+        scheduler = Scheduler(manager, max_num_batched_tokens=1 << 14)
+        executor = SimulatedExecutor(lambda outputs: 0.01)
+        scheduler.add_seq_group(group)
+        executor.execute(scheduler, scheduler.schedule())
+        profile = paged_profile(group.beam, prompt, block_size, length)
+        full = prompt // block_size
+
+        def used():
+            return manager.gpu_allocator.num_blocks - manager.get_num_free_gpu_blocks()
+
+        assert used() - full == profile.held[0]
+        tree = BeamBlockTree(group.beam, prompt, block_size)
+        for j in range(1, length):
+            before = used()
+            outputs = scheduler.schedule()
+            taken = used() - before
+            done = executor.execute(scheduler, outputs)
+            freed = before + taken - used()
+            assert (taken, len(outputs.blocks_to_copy)) == tuple(profile.counts[:2, j])
+            if j < length - 1:
+                assert freed == profile.counts[2, j] and used() - full == profile.held[j]
+                tree.decode()
+                tree.beam_step()
+                assert _pattern(tree.tables()[0]) == _pattern(
+                    [manager.get_block_table(s)[full:] for s in group.seqs])  # the same blocks shared alike
+            else:
+                assert done and used() == 0
+
+
+def _pattern(tables):
+    """Block tables with each block renamed by its first appearance: equal when blocks are shared alike."""
+    names = {}
+    return [[names.setdefault(b, len(names)) for b in table] for table in tables]
+
+
+def test_contiguous_forks_are_the_recordings():
+    trace = groups_from_trace([Request(3, 10, 50, 0.0)], beam_width=6)[0].beam
+    counts = fork_counts(trace, 300)
+    assert list(counts[:300]) == [sum(fork for _, fork in trace.moves(j)[2]) for j in range(300)]
+    assert counts[0] == 5  # step 0: the prompt's sequence forks into the width
+
+
+def test_used_only_where_it_applies():
+    requests = synthetic_trace(20, 10.0, seed=1, max_prompt=100, max_output=50)
+    cost = get_cost_model("opt-13b")
+    executor = SimulatedExecutor(cost)
+    paged = PagedKVCacheManager(4096, 16)
+    beams = groups_from_trace(requests, beam_width=4)
+    assert applies(beams, paged, executor, record_memory=False, record_sharing=False)
+    assert applies(beams, ContiguousKVCacheManager(1 << 16, "oracle"), executor, record_memory=False,
+                   record_sharing=False)
+    assert not sequence_applies(beams, paged, executor, record_memory=False, record_sharing=False)
+    assert not applies(beams, paged, executor, record_memory=True, record_sharing=False)
+    assert not applies(beams, paged, executor, record_memory=False, record_sharing=True)
+    assert not applies(beams, paged, SimulatedExecutor(cost, fast_forward=False), record_memory=False,
+                       record_sharing=False)
+    assert not applies(beams, PagedKVCacheManager(4096, 16, enable_prefix_caching=True), executor,
+                       record_memory=False, record_sharing=False)
+    assert not applies(groups_from_trace(requests, n=2), paged, executor, record_memory=False, record_sharing=False)
+    assert not applies(groups_from_trace(requests), paged, executor, record_memory=False, record_sharing=False)
+
+
+@pytest.mark.parametrize("system", ["paged", "orca-oracle"])
+def test_an_escaping_exception_or_an_abort_leaves_no_block_held(system):
+    requests = synthetic_trace(30, 20.0, seed=3, max_prompt=100, max_output=80)
+    cost = get_cost_model("opt-13b")
+    calls = []
+
+    def stop(finished):
+        calls.append(len(finished))
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+
+    manager = _manager(system, 16, 1 << 15)
+    loop = BeamCalendarServingLoop(Scheduler(manager), SimulatedExecutor(cost),
+                                   groups_from_trace(requests, beam_width=4), on_finish=stop)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run()
+    assert manager.num_used_slots == 0 and not loop.has_work
+    manager.check_invariants()
+
+    manager = _manager(system, 16, 1 << 15)
+    groups = groups_from_trace(requests, beam_width=4)
+    loop = BeamCalendarServingLoop(Scheduler(manager), SimulatedExecutor(cost), groups)
+    while not any(g.first_token_time is not None and g.finished_time is None for g in groups):
+        loop.step()
+    victim = next(g for g in groups if g.first_token_time is not None and g.finished_time is None)
+    assert loop.abort_request(victim.request_id)
+    result = loop.run()
+    assert victim.aborted and all(g.finished_time is not None for g in result.groups)
+    assert all(s.num_generated == g.output_len for g in result.groups if not g.aborted for s in g.seqs)
+    assert manager.num_used_slots == 0
+    manager.check_invariants()
