@@ -33,7 +33,7 @@ from paged.workloads.named import NAMED_TRACES
 
 __all__ = ["CURVE_LATENCY_CAP", "FIG14_SYSTEMS", "FIG14_SETTINGS", "FIG16_TRACES", "FIG16_SYSTEMS", "group_options", "sustained_rates",
            "latency_sweep", "improvement_over_oracle", "memory_saving", "engine_memory_saving",
-           "available_fig16_traces", "shared_prefix_rates", "shared_prefix_sweep", "length_summary", "prefix_caching_demo",
+           "available_fig16_traces", "shared_prefix_rates", "shared_prefix_sweep", "FIG16_CURVES", "length_summary", "prefix_caching_demo",
            "demo_summary", "SYSTEM_PROMPT", "SAVING_RATES", "saving_rates"]
 
 #: Normalized latency (s/token) at which a curve point of Fig. 14 or 16 stops (the top of the paper's
@@ -239,21 +239,40 @@ def shared_prefix_rates(*, model: str = "llama-13b", num_requests: int | None = 
     return out
 
 
+#: Fig. 16's systems drawn as whole curves; the others (automatic prefix caching) at their own sustained
+#: rate only, the run their search ended with (reused, not run again). Found by its tokens, the cached
+#: prefix is the reserved one: the two paged variants differ only in the prefill work of each
+#: admission, and a caching run costs this simulator about twice a reserved one (a hash lookup per
+#: prompt block at every admission attempt).
+FIG16_CURVES = ("paged (reserved prefix)", "orca-oracle")
+
+
 def shared_prefix_sweep(rates: pd.DataFrame, *, fractions=(0.2, 0.4, 0.6, 0.8, 1.0, 1.2), model: str = "llama-13b",
                         num_requests: int | None = None, duration_scale: float = 1.0, seed: int = 0,
                         workers: int = 2, block_size: int = 16, known: pd.DataFrame | None = None,
-                        latency_cap: float | None = CURVE_LATENCY_CAP) -> pd.DataFrame:
-    """Fig. 16's curves: normalized latency of :data:`FIG16_SYSTEMS` at ``fractions`` × the reserved-prefix
-    paged system's sustained rate on each trace of ``rates`` (:func:`shared_prefix_rates`); runs as
-    :func:`sustained_rates`, stopped at ``latency_cap`` as :func:`latency_sweep`'s; ``known`` rows (with
-    the system names of :func:`run_system`) are reused."""
+                        latency_cap: float | None = CURVE_LATENCY_CAP, curves=FIG16_CURVES) -> pd.DataFrame:
+    """Fig. 16's curves: normalized latency of the :data:`FIG16_SYSTEMS` labels in ``curves`` at
+    ``fractions`` × the reserved-prefix paged system's sustained rate on each trace of ``rates``
+    (:func:`shared_prefix_rates`), and of the other labels at their own sustained rate (one point;
+    :data:`FIG16_CURVES`); runs as :func:`sustained_rates`, stopped at ``latency_cap`` as
+    :func:`latency_sweep`'s; ``known`` rows (with the system names of :func:`run_system`) are reused.
+
+    Raises:
+        ValueError: ``curves`` names a label that is not one of :data:`FIG16_SYSTEMS`.
+    """
+    unknown = set(curves) - {label for label, _, _ in FIG16_SYSTEMS}
+    if unknown:
+        raise ValueError(f"curves must name labels of FIG16_SYSTEMS {[label for label, _, _ in FIG16_SYSTEMS]}, "
+                         f"got {sorted(unknown)}")
     points, labels = [], []
     for shot, part in rates.groupby("shot", sort=False):
-        top = float(part.set_index("system").loc["paged (reserved prefix)", "sustained_rate"])
+        own = part.set_index("system")["sustained_rate"]
+        top = float(own["paged (reserved prefix)"])
         trace = part["trace"].iloc[0]
         for label, system, caching in FIG16_SYSTEMS:
-            for f in fractions:
-                points.append(dict(model=model, trace=trace, system=system, rate=top if f == 1 else round(f * top, 4),
+            at = [top if f == 1 else round(f * top, 4) for f in fractions] if label in curves else [float(own[label])]
+            for rate in at:
+                points.append(dict(model=model, trace=trace, system=system, rate=rate,
                                    num_requests=num_requests, seed=seed, block_size=block_size,
                                    **({} if num_requests is not None else {"duration_scale": duration_scale}),
                                    prefix_caching=caching, record_sharing=False, latency_cap=latency_cap))

@@ -81,3 +81,17 @@ def test_saving_rates_merge_the_defaults_and_name_what_is_missing():
 def test_memory_saving_refuses_empty_or_repeated_lists(kwargs, match):
     with pytest.raises(ValueError, match=match):
         sharing.memory_saving(num_requests=5, workers=1, **kwargs)
+
+
+def test_fig16_curves_and_the_caching_point():
+    rates, points = sharing.shared_prefix_rates(num_requests=120, saturated_requests=300, rel_tol=0.2, workers=1,
+                                                return_points=True)
+    df = sharing.shared_prefix_sweep(rates, fractions=(0.5, 1.0), num_requests=120, workers=1, known=points)
+    per = df.groupby(["shot", "system"]).size()
+    assert (per.xs("paged (prefix caching)", level="system") == 1).all()  # its own sustained rate only
+    assert (per.xs("orca-oracle", level="system") == 2).all()
+    own = rates.set_index(["shot", "system"])["sustained_rate"]
+    cached = df[df["system"] == "paged (prefix caching)"]
+    assert [own[s, "paged (prefix caching)"] for s in cached["shot"]] == list(cached["rate"])
+    with pytest.raises(ValueError, match="curves must name labels"):
+        sharing.shared_prefix_sweep(rates, curves=("paged",), num_requests=10)
