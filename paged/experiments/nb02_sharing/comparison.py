@@ -5,7 +5,7 @@ setting), Fig. 15 (KV blocks saved by sharing, Alpaca and ShareGPT), Fig. 16 (sh
 and the real engine's sharing figures (its Fig. 15 cross-check, automatic prefix caching). Each row
 gives the figure, the claim, the paper's number (:mod:`paged.experiments.notebook.paper`), this
 run's, and the measured cause of the difference, in words built from this run's own numbers: the
-batches and preemptions at paged's sustained rate, whether a search ended at the saturated
+batches and preemptions of paged and Orca (Oracle) at their sustained rates, whether a search ended at the saturated
 throughput, the run lengths, the prompt's share of each request's blocks, the prefix lengths.
 """
 
@@ -24,25 +24,29 @@ COLUMNS = ["figure", "claim", "paper", "this run", "measured cause of the differ
 _LABELS = {"parallel": "parallel sampling, n = {}", "beam": "beam search, width {}", "basic": "one sample"}
 
 
-def _runs(sweep: pd.DataFrame | None, decoding: str, width: int, sustained: float) -> str:
-    """The Fig. 14 sweep at paged's sustained rate (its nearest rate): the mean batches of paged and
-    Orca (Oracle), paged's preemptions, and the run length (arrival seconds, converged)."""
-    if sweep is None or not len(sweep):
+def _runs(runs: pd.DataFrame | None, rates: pd.DataFrame | None, decoding: str, width: int) -> str:
+    """Paged and Orca (Oracle) each at its own sustained rate (the run of ``runs``, the Fig. 14 curves
+    and searches, at that rate, else the nearest finished run below it): the mean batches, the
+    preemptions and paged's run length (arrival seconds, converged)."""
+    if runs is None or not len(runs) or rates is None:
         return ""
-    part = sweep[(sweep["decoding"] == decoding) & (sweep["width"] == width)]
-    paged = part[part["system"] == "paged"]
-    if not len(paged):
-        return ""
-    top = float(paged["rate"].iloc[(paged["rate"] - sustained).abs().argmin()])
-    at = part[part["rate"] == top].set_index("system")
-    if "orca-oracle" not in at.index:
-        return ""
-    text = (f"at {top:g} req/s: mean batch {at.loc['paged', 'avg_batched_requests']:.1f} (paged) vs "
-            f"{at.loc['orca-oracle', 'avg_batched_requests']:.1f} (Oracle) requests, paged preempted "
-            f"{at.loc['paged', 'num_preemptions']:.0f} times")
-    if "arrival_seconds" in at and "converged" in at:
-        text += (f"; runs of {at.loc['paged', 'arrival_seconds']:.0f} s of arrivals (paged converged: "
-                 f"{'yes' if bool(at.loc['paged', 'converged']) else 'no'})")
+    part = runs[(runs["decoding"] == decoding) & (runs["width"] == width)]
+    own = rates[(rates["decoding"] == decoding) & (rates["width"] == width)].set_index("system")["sustained_rate"]
+    at = {}
+    for system in ("paged", "orca-oracle"):
+        rows = part[(part["system"] == system) & (part["rate"] <= own.get(system, 0.0))]
+        if "stopped_early" in rows:
+            rows = rows[~rows["stopped_early"].astype("boolean").fillna(False).astype(bool)]
+        if not len(rows):
+            return ""
+        at[system] = rows.loc[rows["rate"].idxmax()]
+    paged, oracle = at["paged"], at["orca-oracle"]
+    text = (f"at their sustained rates (paged {paged['rate']:.3g}, Oracle {oracle['rate']:.3g} req/s): mean batch "
+            f"{paged['avg_batched_requests']:.1f} vs {oracle['avg_batched_requests']:.1f} requests, preempted "
+            f"{paged['num_preemptions']:.0f} vs {oracle['num_preemptions']:.0f} times")
+    if "arrival_seconds" in paged and "converged" in paged:
+        text += (f"; runs of {paged['arrival_seconds']:.0f} s of arrivals (paged converged: "
+                 f"{'yes' if bool(paged['converged']) else 'no'})")
     return text
 
 
@@ -161,8 +165,9 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, *, engine: pd.Da
         prefix_rates: :func:`paged.experiments.nb02_sharing.sharing.shared_prefix_rates` rows, or None
             (the Fig. 16 rows then say they were not run).
         demo: :func:`paged.experiments.nb02_sharing.sharing.demo_summary`, or None.
-        sweep: :func:`paged.experiments.nb02_sharing.sharing.latency_sweep` rows: the batches,
-            preemptions and run lengths at paged's sustained rate go into the Fig. 14 causes.
+        sweep: Fig. 14's runs (:func:`paged.experiments.nb02_sharing.sharing.latency_sweep` rows and the
+            searches' points): the batches, preemptions and run lengths of paged and Orca (Oracle),
+            each at its own sustained rate, go into the Fig. 14 causes.
         rates: :func:`paged.experiments.nb02_sharing.sharing.sustained_rates` rows (``at_throughput``).
         lengths: :func:`paged.experiments.nb02_sharing.sharing.length_summary` rows (prompt shares).
         trace: the Fig. 14 trace (its Fig. 15 saving is quoted in the Fig. 14 causes).
@@ -188,7 +193,7 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, *, engine: pd.Da
         ours = f"{v:.2f}×"
         if paged_rate is not None and oracle_rate is not None:
             ours += f" ({float(paged_rate[d, w]):.3g} vs {float(oracle_rate[d, w]):.3g} req/s)"
-        parts = [_runs(sweep, d, w, float(paged_rate[d, w])) if paged_rate is not None else "",
+        parts = [_runs(sweep, rates, d, w),
                  _peak_note(rates, d, w), _sharing_note(saving, trace, d, w)]
         rows.append({"figure": "Fig. 14", "claim": f"paged ÷ Orca (Oracle) sustained rate, {_LABELS[d].format(w)}",
                      "paper": paper, "this run": ours,

@@ -27,15 +27,18 @@ def test_every_figure_has_its_rows_with_the_papers_number():
 
 def test_the_causes_quote_the_measured_batches_run_lengths_and_prompt_shares():
     rows = [{"decoding": "beam", "width": 6, "system": s, "rate": round(f * 10.0, 4), "avg_batched_requests": batch * f,
-             "num_preemptions": 3, "arrival_seconds": 3600.0, "converged": True}
+             "num_preemptions": 3, "arrival_seconds": 3600.0, "converged": True, "stopped_early": False}
             for s, batch in (("paged", 40.0), ("orca-oracle", 20.0)) for f in (0.3, 1.0, 1.7)]
-    rates = pd.DataFrame([{"decoding": "beam", "width": 6, "system": "paged", "at_throughput": True},
-                          {"decoding": "beam", "width": 6, "system": "orca-oracle", "at_throughput": False}])
+    rows.append({**rows[3], "rate": 4.0, "avg_batched_requests": float("nan"), "stopped_early": True})  # capped: no batch
+    rates = pd.DataFrame([{"decoding": "beam", "width": 6, "system": "paged", "at_throughput": True, "sustained_rate": 10.0},
+                          {"decoding": "beam", "width": 6, "system": "orca-oracle", "at_throughput": False,
+                           "sustained_rate": 5.0}])
     lengths = pd.DataFrame([{"trace": "alpaca-bare", "mean_prompt_len": 20.0, "mean_output_len": 60.0,
                              "prompt_block_share": 0.1}])
     table = paper_comparison(GAINS, SAVING, sweep=pd.DataFrame(rows), rates=rates, lengths=lengths, trace="alpaca-bare")
     beam = table[table["claim"].str.endswith("beam search, width 6")].iloc[0]["measured cause of the difference"]
-    assert "at 10 req/s: mean batch 40.0 (paged) vs 20.0 (Oracle)" in beam
+    # each system at its own sustained rate (Oracle's nearest finished run below its 5 req/s)
+    assert "at their sustained rates (paged 10, Oracle 3 req/s): mean batch 40.0 vs 6.0 requests" in beam
     assert "runs of 3600 s of arrivals (paged converged: yes)" in beam
     assert "the paged search ended at the saturated throughput" in beam and "saves 40.0% of paged's blocks" in beam
     parallel = table[table["claim"].str.contains("parallel sampling \\(n\\), alpaca-bare")].iloc[0]
