@@ -23,6 +23,7 @@ Figures and the paper-vs-this-run table: :mod:`paged.experiments.nb02_sharing.sh
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import pandas as pd
@@ -115,7 +116,8 @@ def latency_sweep(rates: pd.DataFrame, systems=FIG14_SYSTEMS, *, fractions=(0.2,
     runs as :func:`sustained_rates` (paper-length, or ``num_requests``). A run stops once its latency
     is sure to pass ``latency_cap`` (s/token, default :data:`CURVE_LATENCY_CAP`; None: every run to
     its end) and its row has that bound and ``stopped_early``. ``known``: rows already run (the
-    searches' points) are reused (:func:`~paged.experiments.serving.reusable`)."""
+    searches' points) are reused (:func:`~paged.experiments.serving.reusable`), and their finished
+    runs join the curves (each system's points near its own knee)."""
     points, labels = [], []
     for (decoding, width), part in rates.groupby(["decoding", "width"], sort=False):
         top = float(part.set_index("system").loc["paged", "sustained_rate"])
@@ -130,7 +132,7 @@ def latency_sweep(rates: pd.DataFrame, systems=FIG14_SYSTEMS, *, fractions=(0.2,
     df = df.drop(columns=[c for c in ("decoding", "width") if c in df.columns])  # reused search rows carry them
     df.insert(2, "decoding", [d for d, _ in labels])
     df.insert(3, "width", [w for _, w in labels])
-    return df
+    return _with_finished(df, known, ["decoding", "width", "system"], systems)
 
 
 #: Fig. 15's default request rates (req/s) by trace: loaded, below the beam-6 sustained rates.
@@ -255,7 +257,8 @@ def shared_prefix_sweep(rates: pd.DataFrame, *, fractions=(0.2, 0.4, 0.6, 0.8, 1
     ``fractions`` × the reserved-prefix paged system's sustained rate on each trace of ``rates``
     (:func:`shared_prefix_rates`), and of the other labels at their own sustained rate (one point;
     :data:`FIG16_CURVES`); runs as :func:`sustained_rates`, stopped at ``latency_cap`` as
-    :func:`latency_sweep`'s; ``known`` rows (with the system names of :func:`run_system`) are reused.
+    :func:`latency_sweep`'s; ``known`` rows (with the system names of :func:`run_system`) are reused
+    and their finished runs join the curves, as :func:`latency_sweep`'s.
 
     Raises:
         ValueError: ``curves`` names a label that is not one of :data:`FIG16_SYSTEMS`.
@@ -281,7 +284,24 @@ def shared_prefix_sweep(rates: pd.DataFrame, *, fractions=(0.2, 0.4, 0.6, 0.8, 1
     df = df.drop(columns=[c for c in ("shot", "label") if c in df.columns])  # reused search rows carry them
     df["shot"] = [s for s, _ in labels]
     df["system"] = [label for _, label in labels]
-    return df
+    searched = None if known is None or "label" not in known else known.assign(system=known["label"])
+    return _with_finished(df, searched, ["shot", "system"], [label for label, _, _ in FIG16_SYSTEMS])
+
+
+def _with_finished(curve: pd.DataFrame, known: pd.DataFrame | None, keys: list[str], systems) -> pd.DataFrame:
+    """``curve`` plus the finished finite-rate runs of ``known`` (the searches' points near each system's
+    own knee, which the curve's rates, fractions of paged's, may not reach) of the same panels
+    (``keys`` without ``system``) and ``systems``, each rate once, sorted by panel, system and rate."""
+    if known is None or not len(known) or not set(keys) <= set(known.columns):
+        return curve
+    finished = known[known["rate"].astype(float).map(math.isfinite)]
+    if "stopped_early" in finished:
+        finished = finished[~finished["stopped_early"].astype("boolean").fillna(False).astype(bool)]
+    panels = curve[keys[:-1]].drop_duplicates()
+    finished = finished[finished["system"].isin(list(systems))].merge(panels, on=keys[:-1])
+    out = pd.concat([curve, finished[[c for c in curve.columns if c in finished.columns]]], ignore_index=True)
+    out = out.drop_duplicates(subset=[*keys, "rate"], keep="first")
+    return out.sort_values([*keys, "rate"], kind="stable").reset_index(drop=True)
 
 
 def length_summary(traces=("alpaca-bare", "sharegpt"), num_requests: int = 1000, seed: int = 0,

@@ -25,6 +25,14 @@ def test_sharing_pays_off_more_for_beams_than_for_samples():
     sweep = sharing.latency_sweep(rates[rates["decoding"] == "beam"], ("paged", "orca-oracle"), fractions=(0.5, 1.0),
                                   num_requests=60, workers=1)
     assert len(sweep) == 4 and set(sweep["width"]) == {6}
+    _, points = sharing.sustained_rates([("beam", 6)], ("orca-oracle",), num_requests=200, saturated_requests=1000,
+                                        rel_tol=0.1, workers=1, return_points=True)
+    joined = sharing.latency_sweep(rates[rates["decoding"] == "beam"], ("paged", "orca-oracle"), fractions=(0.5, 1.0),
+                                   num_requests=60, workers=1, known=points)
+    finished = points[(points["rate"] < float("inf")) & ~points["stopped_early"].astype(bool)]
+    oracle = joined[joined["system"] == "orca-oracle"]
+    assert set(finished["rate"]) <= set(oracle["rate"])  # the search's finished runs join Oracle's curve
+    assert not oracle.duplicated(["rate"]).any() and list(oracle["rate"]) == sorted(oracle["rate"])
     # Orca (Oracle) at paged's sustained rate is past its capacity: capped, its run stops at the bound
     beam = rates[rates["decoding"] == "beam"]
     capped = sharing.latency_sweep(beam, ("orca-oracle",), fractions=(1.0,), num_requests=200, workers=1,
@@ -87,11 +95,14 @@ def test_fig16_curves_and_the_caching_point():
     rates, points = sharing.shared_prefix_rates(num_requests=120, saturated_requests=300, rel_tol=0.2, workers=1,
                                                 return_points=True)
     df = sharing.shared_prefix_sweep(rates, fractions=(0.5, 1.0), num_requests=120, workers=1, known=points)
-    per = df.groupby(["shot", "system"]).size()
-    assert (per.xs("paged (prefix caching)", level="system") == 1).all()  # its own sustained rate only
-    assert (per.xs("orca-oracle", level="system") == 2).all()
     own = rates.set_index(["shot", "system"])["sustained_rate"]
-    cached = df[df["system"] == "paged (prefix caching)"]
-    assert [own[s, "paged (prefix caching)"] for s in cached["shot"]] == list(cached["rate"])
+    for shot, part in df.groupby("shot"):
+        cached = part[part["system"] == "paged (prefix caching)"]
+        searched = points[(points["shot"] == shot) & (points["label"] == "paged (prefix caching)")]
+        # no run of its own: its sustained rate and its search's other finished runs
+        assert own[shot, "paged (prefix caching)"] in set(cached["rate"]) and set(cached["rate"]) <= set(searched["rate"])
+        oracle = part[part["system"] == "orca-oracle"]
+        top = own[shot, "paged (reserved prefix)"]
+        assert {round(0.5 * top, 4), top} <= set(oracle["rate"])  # a whole curve at fractions of paged's rate
     with pytest.raises(ValueError, match="curves must name labels"):
         sharing.shared_prefix_sweep(rates, curves=("paged",), num_requests=10)
