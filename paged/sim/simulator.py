@@ -20,8 +20,8 @@ for every block-boundary crossing. The run is applied at once: each sequence gai
 the same order, and the memory sums are added in closed form, so the result is exactly the
 step-by-step loop's (``tests/sim/test_simulator.py`` checks it).
 
-Decode calendar (:mod:`paged.sim.decode_calendar`): when nothing is recorded and no request replays a beam
-search, the loop is a :class:`~paged.sim.decode_calendar.CalendarServingLoop`: token counts follow a
+Decode calendar (:mod:`paged.sim.decode_calendar`): when the memory breakdown is not recorded and no request
+replays a beam search, the loop is a :class:`~paged.sim.decode_calendar.CalendarServingLoop`: token counts follow a
 global decode counter, and a decode step touches only the requests that cross a block boundary or finish
 in it, so a step costs O(changes), not O(running sequences) (at paged's knee, where a request arrives
 every iteration or two, the fast-forward's runs are one iteration long). It serves single sequences,
@@ -34,7 +34,11 @@ step, which depends only on the recorded search, the step and the prompt's offse
 reads one column whatever the number of groups. Both keep the real scheduler deciding every admission
 and preemption and the real manager holding the right number of blocks whenever anything reads it; the
 same steps, the same numbers (``tests/sim/test_decode_calendar.py``, ``tests/sim/test_beam_calendar.py``),
-only physical block ids and forked sequences' ids differ. The step-by-step :class:`ServingLoop` is the
+only physical block ids and forked sequences' ids differ. Both record the KV blocks held with and without
+sharing (``record_sharing``, Fig. 15) as the step-by-step loop reads them at every iteration: the blocks in use
+from the manager's exact free pool plus what a run's iterations take, the blocks without sharing from the
+token counts (every sequence's table holds ``ceil(tokens / block_size)`` blocks, candidates and samples
+alike), a run of decode iterations summed in closed form. The step-by-step :class:`ServingLoop` is the
 reference (the tests refuse both calendars to run it).
 
 Sequence groups (§4.4, :func:`groups_from_trace`): a request may run ``n`` parallel samples (they
@@ -182,7 +186,8 @@ def simulate(
         n, beam_width, shared_prefix: the requests' sequence groups (:func:`groups_from_trace`):
             parallel samples, beam search replaying recorded searches, how a shared prefix is shared.
         record_sharing: record the KV blocks held with and without sharing at every iteration
-            (``result.sharing``, Fig. 15); the run then steps one iteration at a time.
+            (``result.sharing``, Fig. 15): by the calendars where they apply, otherwise by the step-by-step
+            loop, which then steps one iteration at a time (no fast-forward). Same results either way.
         on_finish: called with the groups that finished after each iteration (their
             ``finished_time`` is the clock); an exception it raises stops the run and propagates.
 
