@@ -118,7 +118,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         beam = group.beam
         if self._paged:
             bs = self._block_size
-            self._blocks -= width * ((seq.prompt_len + generated - 1) // -bs)  # every candidate's table alike
+            self._blocks += width * -(-(seq.prompt_len + generated - 1) // bs)  # every candidate's table alike
             self._put_aside(group)
             profile = paged_profile(beam, seq.prompt_len, bs, length)
             self._timeline[:, g:end] += profile.counts[:, generated:length]
@@ -351,7 +351,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
                 manager.free_and_fork(seqs, ())
                 if paged:
                     net -= final.pop(group)
-                    self._blocks += len(seqs) * ((seqs[0].prompt_len + group.output_len - 1) // -bs)
+                    self._blocks -= len(seqs) * -(-(seqs[0].prompt_len + group.output_len - 1) // bs)
                 self._num_seqs -= len(seqs)
                 context -= len(seqs) * seqs[0].num_tokens
         held = self._held

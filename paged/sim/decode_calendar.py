@@ -98,8 +98,9 @@ __all__ = ["CalendarServingLoop", "applies"]
 
 
 def applies(groups, kv_manager, executor, *, record_memory: bool, record_sharing: bool) -> bool:
-    """Whether :class:`CalendarServingLoop` can serve ``groups`` (module docstring): no memory breakdown recorded, a
-    time model with ``decode_time``, and no group replaying a beam search. O(groups)."""
+    """Whether :class:`CalendarServingLoop` can serve ``groups`` (module docstring): no memory breakdown
+    recorded (sharing may be), a time model with ``decode_time``, and no group replaying a beam search.
+    O(groups)."""
     if record_memory or getattr(executor, "decode_time", None) is None:
         return False
     return all(getattr(g, "beam", None) is None and g.max_num_seqs <= len(g.seqs) for g in groups)
@@ -171,7 +172,7 @@ class CalendarServingLoop(ServingLoop):
                 # The next decode of a sequence with room for num_tokens - 1 tokens in whole blocks needs a
                 # block when (num_tokens - 1) is a multiple of the block size: at G ≡ off + 1 - prompt.
                 self._buckets[(off + 1 - seq.prompt_len) % self._block_size].append(group)
-                self._blocks -= (seq.prompt_len + generated - 1) // -self._block_size
+                self._blocks += -(-(seq.prompt_len + generated - 1) // self._block_size)
             self._context += seq.prompt_len + generated
             return
         if self._allocates:  # a group of samples: its blocks past its tables are held (class docstring)
@@ -183,7 +184,7 @@ class CalendarServingLoop(ServingLoop):
             if cow:
                 self._cow.append(group)
             self._lazy[group] = (generated, cow)
-            self._blocks -= width * ((seq.prompt_len + generated - 1) // -self._block_size)
+            self._blocks += width * -(-(seq.prompt_len + generated - 1) // self._block_size)
         self._samples += width - 1
         self._context += width * (seq.prompt_len + generated)
 
@@ -236,7 +237,7 @@ class CalendarServingLoop(ServingLoop):
         if not due:  # an empty entry would end the next decode run there
             del self._finish_at[off + group.output_len]
         if self._allocates:
-            self._blocks -= len(seqs) * -((seq.num_tokens - 1) // -self._block_size)
+            self._blocks -= len(seqs) * -(-(seq.num_tokens - 1) // self._block_size)
             i = (off + 1 - seq.prompt_len) % self._block_size
             if len(seqs) == 1:
                 self._buckets[i].remove(group)
@@ -457,7 +458,7 @@ class CalendarServingLoop(ServingLoop):
         for group in scheduled:
             for seq in group.seqs:
                 if seq.status is running:
-                    new -= seq.num_tokens // -bs
+                    new += -(-seq.num_tokens // bs)
         self.result.sharing.add(manager.blocks_in_use(), self._blocks + new)
 
     def _record_run(self, k: int, g0: int, crossed: list[int], copies: int) -> None:
@@ -550,7 +551,7 @@ class CalendarServingLoop(ServingLoop):
                 del finish_at[off + group.output_len]
             if self._allocates:
                 buckets[(off + 1 - seq.prompt_len) % bs].remove(group)
-                self._blocks += (seq.num_tokens - 1) // -bs
+                self._blocks -= -(-(seq.num_tokens - 1) // bs)
             self._context -= seq.prompt_len + seq.num_generated
         self._cow.clear()  # every copying group has copied or left
         n = len(outputs.scheduled_seq_groups)
@@ -603,7 +604,7 @@ class CalendarServingLoop(ServingLoop):
                 seq.num_generated = length
                 if allocates:
                     buckets[(g - length + 1 - seq.prompt_len) % bs].remove(group)
-                    blocks += (seq.prompt_len + length - 1) // -bs
+                    blocks -= -(-(seq.prompt_len + length - 1) // bs)
                 finish(seq)
                 context -= seq.prompt_len + length
                 continue
@@ -615,7 +616,7 @@ class CalendarServingLoop(ServingLoop):
                 self._lazy_need[i] -= len(seqs)
                 self._release(self._held_for(group, length))
                 del self._lazy[group]
-                blocks += len(seqs) * ((seqs[0].prompt_len + length - 1) // -bs)
+                blocks -= len(seqs) * -(-(seqs[0].prompt_len + length - 1) // bs)
             for seq in seqs:
                 finish(seq)
             self._samples -= len(seqs) - 1
