@@ -71,8 +71,9 @@ def applies(groups, kv_manager, executor, *, record_memory: bool, record_sharing
     """Whether :class:`BeamCalendarServingLoop` can serve ``groups`` (module docstring). O(groups)."""
     if record_memory or getattr(executor, "decode_time", None) is None or not groups:
         return False
-    if getattr(kv_manager, "decode_allocates", True) and (getattr(kv_manager, "enable_prefix_caching", False)
-                                                          or not hasattr(kv_manager, "replace_tables")):
+    if getattr(kv_manager, "decode_allocates", True) and (
+            getattr(kv_manager, "enable_prefix_caching", False) or not hasattr(kv_manager, "replace_tables")
+            or record_sharing and not hasattr(kv_manager, "blocks_in_use")):  # read for the blocks in use
         return False
     return all(getattr(g, "beam", None) is not None and len(g.seqs) == 1 for g in groups)
 

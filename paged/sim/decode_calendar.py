@@ -80,9 +80,8 @@ each iteration's busy seconds on its own, in the same order. Steps left to :meth
 Used by :func:`paged.sim.simulator.simulate` when it applies (:func:`applies`): requests of one
 sequence or of parallel samples (beam searches have their own calendar, :mod:`paged.sim.beam_calendar`),
 with or without a shared prefix, no memory breakdown recorded (sharing may be), a time model with
-``decode_time``. A
-block-table manager's tables may hold fewer tokens than their sequences between crossings (the blocks
-are there): the manager grows them to the sequence's count when asked.
+``decode_time``. A block-table manager's tables may hold fewer tokens than their sequences between
+crossings (the blocks are there): the manager grows them to the sequence's count when asked.
 """
 
 from __future__ import annotations
@@ -103,6 +102,8 @@ def applies(groups, kv_manager, executor, *, record_memory: bool, record_sharing
     O(groups)."""
     if record_memory or getattr(executor, "decode_time", None) is None:
         return False
+    if record_sharing and getattr(kv_manager, "decode_allocates", True) and not hasattr(kv_manager, "blocks_in_use"):
+        return False  # the blocks in use are read from the manager
     return all(getattr(g, "beam", None) is None and g.max_num_seqs <= len(g.seqs) for g in groups)
 
 
@@ -113,7 +114,8 @@ class CalendarServingLoop(ServingLoop):
     :func:`applies`."""
 
     __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_lazy_buckets", "_lazy_need", "_cow", "_lazy", "_held",
-                 "_samples", "_context", "_blocks", "_block_size", "_allocates", "_caching", "_decode_times", "_refused")
+                 "_samples", "_context", "_blocks", "_block_size", "_allocates", "_caching", "_decode_times",
+                 "_refused")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
@@ -349,9 +351,9 @@ class CalendarServingLoop(ServingLoop):
         """A decode step by the calendar: the first iteration, then, unless it copied blocks on write, the
         following ones while no request arrives or finishes and every crossing finds a free block (the
         fast-forward's run); with ``record_sharing``, its sharing counts in closed form (:meth:`_record_run`)
-        and its busy seconds iteration by iteration. None, changing nothing, if the first iteration's blocks
-        are not all free and the scheduler would preempt by swapping, or if a prefix cache could evict
-        otherwise than the step-by-step loop (module docstring)."""
+        and its busy seconds iteration by iteration (:meth:`_add_busy`). None, changing nothing, if the first
+        iteration's blocks are not all free and the scheduler would preempt by swapping, or if a prefix cache
+        could evict otherwise than the step-by-step loop (module docstring)."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
         buckets, lazy_needs, bs = self._buckets, self._lazy_need, self._block_size
@@ -359,9 +361,9 @@ class CalendarServingLoop(ServingLoop):
         g0 = g = self._g
         cow = self._cow
         free = -1  # free blocks, read when a crossing needs them
-        copies = 0
+        copies = first = 0  # the first iteration's copies on write and crossings' blocks
         if self._allocates:
-            need = len(buckets[g % bs]) + lazy_needs[g % bs]
+            need = first = len(buckets[g % bs]) + lazy_needs[g % bs]
             for group in cow:
                 copies += len(group.seqs) - 1
             need += copies
@@ -374,20 +376,21 @@ class CalendarServingLoop(ServingLoop):
         decode_time = self._decode_time_of(n)
         context = self._context
         crossed = [g] if free >= 0 else []  # the iterations whose crossings take blocks
+        later = 0  # blocks the crossings after the first iteration take
         if copies:  # the first iteration copies blocks: a step of its own
             seconds = executor.iteration_time.block_copy_time(copies)
             t = now + (seconds + decode_time(context))
             executor.cow_blocks += copies
             executor.cow_seconds += seconds
             cow.clear()
+            context += n
+            g += 1
+            k = 1
         else:
             t = now + decode_time(context)
-        ends = [t] if self.record_sharing else None  # each iteration's end: busy time is then added per iteration
-        context += n
-        g += 1
-        k = 1
-        if not copies:
-            later = 0  # blocks the crossings after the first iteration take
+            context += n
+            g += 1
+            k = 1
             if g not in finish_at:
                 while next_arrival > t:
                     need = len(buckets[g % bs]) + lazy_needs[g % bs]
@@ -400,8 +403,6 @@ class CalendarServingLoop(ServingLoop):
                         later += need
                         crossed.append(g)
                     t += decode_time(context)
-                    if ends is not None:
-                        ends.append(t)
                     context += n
                     g += 1
                     k += 1
@@ -411,36 +412,53 @@ class CalendarServingLoop(ServingLoop):
             if later and allocator is not None and later + len(buckets[g0 % bs]) + lazy_needs[g0 % bs] > \
                     allocator.num_free_blocks - allocator.num_evictable_blocks:
                 return None  # the run's crossings could evict cached blocks: the step-by-step loop's order decides
-        if ends is not None:  # the run's sharing counts, read before its crossings change the manager
+        recording = self.record_sharing
+        if recording:  # the run's sharing counts, read before its crossings change the manager
             self._record_run(k, g0, crossed, copies)
         hold = copies
-        grown = 0  # blocks the crossings add to the tables
         for i in crossed:
-            bucket = buckets[i % bs]
-            grown += len(bucket) + lazy_needs[i % bs]
-            if bucket:
-                self._cross(bucket, i, manager)
+            if buckets[i % bs]:
+                self._cross(buckets[i % bs], i, manager)
             hold += lazy_needs[i % bs]
         if hold:
             self._held += manager.hold_blocks(hold)
-        self._blocks += grown
+        self._blocks += first + later  # the tables' blocks: a copy replaces a shared entry
         self._g = g
         executor.now = t
         result.num_iterations += k
         num_groups = len(scheduler.running)
         result.batched_requests_sum += k * num_groups
-        if ends is None:
+        if recording:  # the step-by-step loop, without fast-forward, adds each iteration's busy seconds
+            self._add_busy(now, t, k, context - k * n, n, copies, num_groups)
+        else:
             busy = t - now
             result.busy_seconds += busy
             result.batched_requests_seconds += busy * num_groups
-        else:  # iteration by iteration, as the step-by-step loop adds it
-            start = now
-            for end in ends:
-                busy = end - start
-                result.busy_seconds += busy
-                result.batched_requests_seconds += busy * num_groups
-                start = end
         return self._finish(g, context)
+
+    def _add_busy(self, now: float, end: float, k: int, context: int, n: int, copies: int, num_groups: int) -> None:
+        """Add the busy seconds of a run of ``k`` decode iterations of ``n`` sequences from ``now`` to ``end``
+        (``context`` tokens in the first, ``copies`` copies on write before it) iteration by iteration, as
+        :meth:`ServingLoop.step` adds them when it steps: each iteration's end is computed again with the
+        same float additions as the run (so the last is ``end``). O(k)."""
+        decode_time = self._decode_time_of(n)
+        result = self.result
+        if copies:
+            t = now + (self.executor.iteration_time.block_copy_time(copies) + decode_time(context))
+        else:
+            t = now + decode_time(context)
+        start = now
+        for _ in range(k - 1):
+            busy = t - start
+            result.busy_seconds += busy
+            result.batched_requests_seconds += busy * num_groups
+            context += n
+            start, t = t, t + decode_time(context)
+        if t != end:
+            raise RuntimeError(f"a run's iterations end at {t!r}, not at the clock's {end!r}")  # a bookkeeping error
+        busy = t - start
+        result.busy_seconds += busy
+        result.batched_requests_seconds += busy * num_groups
 
     def _record_prefill(self, scheduled: list[SequenceGroup]) -> None:
         """Add a prefill iteration's sharing counts, as :meth:`ServingLoop.step` reads them once the groups
