@@ -53,7 +53,7 @@ fast-forward; load 0.7–1.0): beam search of width 6 on paged 8.5× faster (11.
 are short); Fig. 14's sustained-rate searches at the full hour 5.2×. Recording sharing (Fig. 15, against
 the step-by-step loop without fast-forward, Alpaca at 4 req/s, the full hour; load 0.8–1.0): beam search of
 width 6 11.0× (10.2 s → 0.92 s), 6 parallel samples 4.5×; notebook 02's ``memory_saving`` (its 12 runs, 2
-workers) 31.5 s → 4.4 s. docs/benchmarks.md has the spreads.
+workers) 32.7 s → 4.6 s. docs/benchmarks.md has the spreads.
 """
 
 from __future__ import annotations
