@@ -20,7 +20,10 @@ process measures:
   cap), ``beam6_oracle_point_s`` (the same on Orca (Oracle), 6 requests/s), ``n6_paged_point_s`` (6
   parallel samples, paged, 5 requests/s); Fig. 16's WMT16 5-shot prefix on LLaMA-13B at 25 requests/s,
   ``prefix_point_s`` (paged, a provider-reserved prefix) and ``prefix_caching_point_s`` (paged, automatic
-  prefix caching).
+  prefix caching);
+* Fig. 15's runs, which record the KV blocks held with and without sharing at every iteration
+  (``record_sharing=True``; notebook 02's ``memory_saving``, Alpaca at 4 requests/s on OPT-13B, the full
+  hour): ``sharing_beam6_point_s`` (beam search of width 6) and ``sharing_n6_point_s`` (6 parallel samples).
 
 Printed: per measurement the median over rounds and the spread (min–max) on each side, the speed-up
 of the medians (baseline ÷ this checkout for seconds, this ÷ baseline for token-steps/s; above 1: this
@@ -92,12 +95,18 @@ for key, point in groups.items():
     start = time.perf_counter()
     simulate_point(duration_scale=1.0, latency_cap=0.5, record_sharing=False, seed=seed, **point)
     out[key] = time.perf_counter() - start
+for key, point in {"sharing_beam6_point_s": dict(beam_width=6), "sharing_n6_point_s": dict(n=6)}.items():
+    start = time.perf_counter()  # Fig. 15: every iteration's blocks with and without sharing recorded
+    simulate_point("opt-13b", "alpaca-bare", "paged", 4.0, duration_scale=1.0, record_sharing=True, seed=seed,
+                   **point)
+    out[key] = time.perf_counter() - start
 print(json.dumps(out))
 '''
 
 #: Measurements where smaller is better (seconds); the others are rates.
 _SECONDS = ("paged_point_s", "sharegpt_point_s", "stepwise_paged_point_s", "alpaca_knee_s", "beam6_paged_point_s",
-            "beam6_oracle_point_s", "n6_paged_point_s", "prefix_point_s", "prefix_caching_point_s")
+            "beam6_oracle_point_s", "n6_paged_point_s", "prefix_point_s", "prefix_caching_point_s",
+            "sharing_beam6_point_s", "sharing_n6_point_s")
 
 
 def export_package(ref: str, into: Path, repo: Path) -> Path:

@@ -533,13 +533,18 @@ class PagedKVCacheManager:
 
     def sharing_counts(self) -> tuple[int, int]:
         """``(GPU blocks the sequences hold, blocks they would hold without sharing)`` (§4.4, Fig. 15):
-        blocks in use minus reserved-prefix blocks no sequence uses now, and the sum of the GPU block
-        tables' lengths. O(sequences)."""
+        :meth:`blocks_in_use`, and the sum of the GPU block tables' lengths. O(sequences)."""
+        allocator = self.gpu_allocator
+        logical = sum(t.num_blocks for t in self.block_tables.values() if t.allocator is allocator)
+        return self.blocks_in_use(), logical
+
+    def blocks_in_use(self) -> int:
+        """GPU blocks the sequences hold now, the first of :meth:`sharing_counts` (§4.4, Fig. 15): blocks in
+        use (taken with :meth:`hold_blocks` too; a free cached block is free) minus the reserved-prefix blocks
+        no sequence uses now. O(reserved-prefix blocks)."""
         allocator = self.gpu_allocator
         unused_prefix = sum(1 for blocks in self._reserved.values() for b in blocks if allocator.ref_count(b) == 1)
-        in_use = allocator.num_blocks - allocator.num_free_blocks - unused_prefix
-        logical = sum(t.num_blocks for t in self.block_tables.values() if t.allocator is allocator)
-        return in_use, logical
+        return allocator.num_blocks - allocator.num_free_blocks - unused_prefix
 
     # -- interrupts, resets, invariants --------------------------------------------------
     def commit_computed(self) -> None:

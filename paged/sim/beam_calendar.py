@@ -37,9 +37,21 @@ change: every result bit-identical (``tests/sim/test_beam_calendar.py``); only p
 the ids of forked sequences differ. A finished group keeps the sequences it had when it joined, each
 with its output length.
 
+KV blocks saved by sharing (§6.3, Fig. 15; ``record_sharing``): each iteration adds what
+:meth:`~paged.block.PagedKVCacheManager.sharing_counts` returns in the step-by-step loop after the
+decode's appends, before its beam step. The blocks in use follow from the free pool the step tracks
+(the manager's blocks in use at the start, plus the appends' blocks, less what the earlier beam steps
+freed). The blocks without sharing follow from the token counts: every candidate of a group has the
+same tokens, so after the appends each table holds ``ceil(tokens / block_size)`` blocks, and a beam
+step, which drops candidates and forks as many, leaves the tables' count (the width) and lengths as
+they were; the running total (the tables between iterations) grows by the appends' blocks less their
+copies on write (a copy replaces a shared entry) and changes as groups join and finish. A contiguous
+manager's counts are its reservations, which a decode does not change. Iterations left to
+:meth:`ServingLoop.step` record through it, on written-out tables.
+
 Used by :func:`paged.sim.simulator.simulate` when it applies (:func:`applies`): every group replays a
-beam search, nothing is recorded, the time model has ``decode_time``, and the manager is contiguous or
-a paged manager without a prefix cache.
+beam search, no memory breakdown is recorded (sharing may be), the time model has ``decode_time``, and
+the manager is contiguous or a paged manager without a prefix cache.
 """
 
 from __future__ import annotations
@@ -57,10 +69,11 @@ __all__ = ["BeamCalendarServingLoop", "applies"]
 
 def applies(groups, kv_manager, executor, *, record_memory: bool, record_sharing: bool) -> bool:
     """Whether :class:`BeamCalendarServingLoop` can serve ``groups`` (module docstring). O(groups)."""
-    if record_memory or record_sharing or getattr(executor, "decode_time", None) is None or not groups:
+    if record_memory or getattr(executor, "decode_time", None) is None or not groups:
         return False
-    if getattr(kv_manager, "decode_allocates", True) and (getattr(kv_manager, "enable_prefix_caching", False)
-                                                          or not hasattr(kv_manager, "replace_tables")):
+    if getattr(kv_manager, "decode_allocates", True) and (
+            getattr(kv_manager, "enable_prefix_caching", False) or not hasattr(kv_manager, "replace_tables")
+            or record_sharing and not hasattr(kv_manager, "blocks_in_use")):  # read for the blocks in use
         return False
     return all(getattr(g, "beam", None) is not None and len(g.seqs) == 1 for g in groups)
 
@@ -106,6 +119,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         beam = group.beam
         if self._paged:
             bs = self._block_size
+            self._blocks += width * -(-(seq.prompt_len + generated - 1) // bs)  # every candidate's table alike
             self._put_aside(group)
             profile = paged_profile(beam, seq.prompt_len, bs, length)
             self._timeline[:, g:end] += profile.counts[:, generated:length]
@@ -150,7 +164,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         self._finish_at.clear()
         self._final.clear()
         self._timeline[:, g:] = 0
-        self._num_seqs = self._context = 0
+        self._num_seqs = self._context = self._blocks = 0
         self._on_calendar = False
         self._refused = False
 
@@ -251,8 +265,9 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         iteration's appends find their blocks free and no admission can change (a contiguous manager's
         memory does not change in a decode; on the paged one, drops free blocks, so the head of the queue
         must be refused for another reason than memory, or nothing waits). The blocks held for the groups
-        change once, by the step's net count. None, changing nothing, if the first iteration's appends need
-        more blocks than are free (the scheduler would preempt)."""
+        change once, by the step's net count; with ``record_sharing``, each iteration's sharing counts are
+        summed (module docstring). None, changing nothing, if the first iteration's appends need more blocks
+        than are free (the scheduler would preempt)."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
         finish_at, timeline = self._finish_at, self._timeline
@@ -265,6 +280,14 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         stable = not scheduler.waiting or self._refused  # no admission can change before a finish or an arrival
         free = manager.get_num_free_gpu_blocks() if paged else 0
         net = 0  # blocks held for the groups: taken minus freed (paged)
+        grown = 0  # blocks the appends add to the tables (paged; a copy replaces a shared entry: none)
+        recording = self.record_sharing
+        if recording:  # Fig. 15's counts of each iteration, as ServingLoop.step reads them after its appends
+            in_use = without = 0
+            if paged:
+                base, blocks = manager.blocks_in_use() + free, self._blocks
+            else:  # a contiguous manager's reservations: a decode changes none
+                counts = manager.sharing_counts()
         t = now
         k = 0
         while True:
@@ -275,6 +298,10 @@ class BeamCalendarServingLoop(CalendarServingLoop):
                     if not k:
                         return None
                     break  # the next step's scheduler preempts
+                grown += taken - copies
+                if recording:
+                    in_use += base - free + taken
+                    without += blocks + grown
                 free += freed - taken
                 net += taken - freed
                 if copies:
@@ -304,11 +331,18 @@ class BeamCalendarServingLoop(CalendarServingLoop):
         self._g = g
         result.num_iterations += k
         result.batched_requests_sum += k * num_groups
+        if recording:
+            if paged:
+                result.sharing.add_sums(in_use, without, k)
+            else:
+                result.sharing.add_sums(k * counts[0], k * counts[1], k)
+        self._blocks += grown
         ending = finish_at.pop(g, None)
         if ending is not None:
             self._refused = False
             finished_status = SequenceStatus.FINISHED
             final = self._final
+            bs = self._block_size
             for group in ending:
                 seqs = group.seqs
                 del self._offset[group]
@@ -318,6 +352,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
                 manager.free_and_fork(seqs, ())
                 if paged:
                     net -= final.pop(group)
+                    self._blocks -= len(seqs) * -(-(seqs[0].prompt_len + group.output_len - 1) // bs)
                 self._num_seqs -= len(seqs)
                 context -= len(seqs) * seqs[0].num_tokens
         held = self._held

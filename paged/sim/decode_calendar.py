@@ -56,11 +56,32 @@ add the same numbers, so every result is bit-identical (``tests/sim/test_decode_
 Only the physical block ids a sequence gets may differ (blocks are taken in another order), which
 nothing measured depends on.
 
+KV blocks saved by sharing (§6.3, Fig. 15; ``record_sharing``): every iteration adds the pair
+:meth:`~paged.block.PagedKVCacheManager.sharing_counts` returns at that point of the step-by-step loop
+(once the scheduler has allocated, before the iteration runs), summed as integers:
+
+* the blocks in use are the manager's (:meth:`~paged.block.PagedKVCacheManager.blocks_in_use`): its free
+  pool is exact at the start of every step (the blocks held past the tables are in use, reserved-prefix
+  blocks no sequence uses are not), and inside a run of ``k`` decode iterations each iteration adds the
+  blocks that the crossings up to it took (the first iteration's copies on write too);
+* the blocks without sharing are the step-by-step loop's table lengths, which follow from the token
+  counts: after a decode's appends every running sequence holds ``ceil(tokens / block_size)`` blocks
+  (a sample after its first copy on write as much as a lone sequence: a copy replaces a shared entry),
+  so their sum is a running total (``_blocks``, the tables between iterations) that joins, crossings,
+  finishes and preemptions change; a prefill adds the new groups' tables;
+* a run's sums are added in closed form (a crossing at ``G = i`` is counted by the ``g0 + k - i``
+  iterations from it), O(crossings); a contiguous manager's counts are its reservations, which no
+  decode changes.
+
+The step-by-step loop runs without its fast-forward when it records sharing, so a recording calendar adds
+each iteration's busy seconds on its own, in the same order. Steps left to :meth:`ServingLoop.step`
+(anything swapped out, a decode preempting by swapping) record through it, on up-to-date tables.
+
 Used by :func:`paged.sim.simulator.simulate` when it applies (:func:`applies`): requests of one
 sequence or of parallel samples (beam searches have their own calendar, :mod:`paged.sim.beam_calendar`),
-with or without a shared prefix, no memory or sharing recording, a time model with ``decode_time``. A
-block-table manager's tables may hold fewer tokens than their sequences between crossings (the blocks
-are there): the manager grows them to the sequence's count when asked.
+with or without a shared prefix, no memory breakdown recorded (sharing may be), a time model with
+``decode_time``. A block-table manager's tables may hold fewer tokens than their sequences between
+crossings (the blocks are there): the manager grows them to the sequence's count when asked.
 """
 
 from __future__ import annotations
@@ -70,16 +91,19 @@ from functools import partial
 
 from paged.core.scheduler import SchedulerOutputs
 from paged.core.serving_loop import ServingLoop
-from paged.core.sequence import SequenceGroup
+from paged.core.sequence import SequenceGroup, SequenceStatus
 
 __all__ = ["CalendarServingLoop", "applies"]
 
 
 def applies(groups, kv_manager, executor, *, record_memory: bool, record_sharing: bool) -> bool:
-    """Whether :class:`CalendarServingLoop` can serve ``groups`` (module docstring): nothing recorded, a
-    time model with ``decode_time``, and no group replaying a beam search. O(groups)."""
-    if record_memory or record_sharing or getattr(executor, "decode_time", None) is None:
+    """Whether :class:`CalendarServingLoop` can serve ``groups`` (module docstring): no memory breakdown
+    recorded (sharing may be), a time model with ``decode_time``, and no group replaying a beam search.
+    O(groups)."""
+    if record_memory or getattr(executor, "decode_time", None) is None:
         return False
+    if record_sharing and getattr(kv_manager, "decode_allocates", True) and not hasattr(kv_manager, "blocks_in_use"):
+        return False  # the blocks in use are read from the manager
     return all(getattr(g, "beam", None) is None and g.max_num_seqs <= len(g.seqs) for g in groups)
 
 
@@ -90,7 +114,8 @@ class CalendarServingLoop(ServingLoop):
     :func:`applies`."""
 
     __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_lazy_buckets", "_lazy_need", "_cow", "_lazy", "_held",
-                 "_samples", "_context", "_block_size", "_allocates", "_caching", "_decode_times", "_refused")
+                 "_samples", "_context", "_blocks", "_block_size", "_allocates", "_caching", "_decode_times",
+                 "_refused")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
@@ -114,6 +139,10 @@ class CalendarServingLoop(ServingLoop):
         self._held: list[int] = []  # blocks the manager holds for those groups
         self._samples = 0  # running sequences beyond one per running group (the samples past the first)
         self._context = 0  # Σ tokens of the running sequences
+        # Σ blocks of the running sequences' tables as the step-by-step loop has them between iterations
+        # (every sequence: ceil((tokens - 1) / block_size)), on a manager whose decodes allocate: the blocks
+        # they would hold without sharing (Fig. 15, recorded with record_sharing).
+        self._blocks = 0
         self._decode_times: dict[int, Callable[[int], float]] = {}  # batch size -> decode seconds of a context
         # The scheduler refused the head of the queue and nothing that could change that has happened since
         # (no request left the running batch): admission is not asked again (module docstring).
@@ -145,6 +174,7 @@ class CalendarServingLoop(ServingLoop):
                 # The next decode of a sequence with room for num_tokens - 1 tokens in whole blocks needs a
                 # block when (num_tokens - 1) is a multiple of the block size: at G ≡ off + 1 - prompt.
                 self._buckets[(off + 1 - seq.prompt_len) % self._block_size].append(group)
+                self._blocks += -(-(seq.prompt_len + generated - 1) // self._block_size)
             self._context += seq.prompt_len + generated
             return
         if self._allocates:  # a group of samples: its blocks past its tables are held (class docstring)
@@ -156,6 +186,7 @@ class CalendarServingLoop(ServingLoop):
             if cow:
                 self._cow.append(group)
             self._lazy[group] = (generated, cow)
+            self._blocks += width * -(-(seq.prompt_len + generated - 1) // self._block_size)
         self._samples += width - 1
         self._context += width * (seq.prompt_len + generated)
 
@@ -208,6 +239,7 @@ class CalendarServingLoop(ServingLoop):
         if not due:  # an empty entry would end the next decode run there
             del self._finish_at[off + group.output_len]
         if self._allocates:
+            self._blocks -= len(seqs) * -(-(seq.num_tokens - 1) // self._block_size)
             i = (off + 1 - seq.prompt_len) % self._block_size
             if len(seqs) == 1:
                 self._buckets[i].remove(group)
@@ -234,7 +266,7 @@ class CalendarServingLoop(ServingLoop):
         self._lazy_need = [0] * bs
         self._cow.clear()
         self._lazy.clear()
-        self._samples = self._context = 0
+        self._samples = self._context = self._blocks = 0
         self._refused = False
 
     def _sync(self) -> None:
@@ -299,6 +331,8 @@ class CalendarServingLoop(ServingLoop):
             if group.first_scheduled_time is None:
                 group.first_scheduled_time = now
         self._count_prefill(outputs)
+        if self.record_sharing:
+            self._record_prefill(scheduled)
         any_finished = executor.execute(scheduler, outputs)
         if self._commit is not None:
             self._commit()  # the KV of the prompt blocks this prefill registered is written
@@ -316,9 +350,10 @@ class CalendarServingLoop(ServingLoop):
     def _decode(self, now: float, next_arrival: float) -> list[SequenceGroup] | None:
         """A decode step by the calendar: the first iteration, then, unless it copied blocks on write, the
         following ones while no request arrives or finishes and every crossing finds a free block (the
-        fast-forward's run). None, changing nothing, if the first iteration's blocks are not all free and
-        the scheduler would preempt by swapping, or if a prefix cache could evict otherwise than the
-        step-by-step loop (module docstring)."""
+        fast-forward's run); with ``record_sharing``, its sharing counts in closed form (:meth:`_record_run`)
+        and its busy seconds iteration by iteration (:meth:`_add_busy`). None, changing nothing, if the first
+        iteration's blocks are not all free and the scheduler would preempt by swapping, or if a prefix cache
+        could evict otherwise than the step-by-step loop (module docstring)."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
         buckets, lazy_needs, bs = self._buckets, self._lazy_need, self._block_size
@@ -326,9 +361,9 @@ class CalendarServingLoop(ServingLoop):
         g0 = g = self._g
         cow = self._cow
         free = -1  # free blocks, read when a crossing needs them
-        copies = 0
+        copies = first = 0  # the first iteration's copies on write and crossings' blocks
         if self._allocates:
-            need = len(buckets[g % bs]) + lazy_needs[g % bs]
+            need = first = len(buckets[g % bs]) + lazy_needs[g % bs]
             for group in cow:
                 copies += len(group.seqs) - 1
             need += copies
@@ -341,6 +376,7 @@ class CalendarServingLoop(ServingLoop):
         decode_time = self._decode_time_of(n)
         context = self._context
         crossed = [g] if free >= 0 else []  # the iterations whose crossings take blocks
+        later = 0  # blocks the crossings after the first iteration take
         if copies:  # the first iteration copies blocks: a step of its own
             seconds = executor.iteration_time.block_copy_time(copies)
             t = now + (seconds + decode_time(context))
@@ -355,7 +391,6 @@ class CalendarServingLoop(ServingLoop):
             context += n
             g += 1
             k = 1
-            later = 0  # blocks the crossings after the first iteration take
             if g not in finish_at:
                 while next_arrival > t:
                     need = len(buckets[g % bs]) + lazy_needs[g % bs]
@@ -377,6 +412,9 @@ class CalendarServingLoop(ServingLoop):
             if later and allocator is not None and later + len(buckets[g0 % bs]) + lazy_needs[g0 % bs] > \
                     allocator.num_free_blocks - allocator.num_evictable_blocks:
                 return None  # the run's crossings could evict cached blocks: the step-by-step loop's order decides
+        recording = self.record_sharing
+        if recording:  # the run's sharing counts, read before its crossings change the manager
+            self._record_run(k, g0, crossed, copies)
         hold = copies
         for i in crossed:
             if buckets[i % bs]:
@@ -384,14 +422,81 @@ class CalendarServingLoop(ServingLoop):
             hold += lazy_needs[i % bs]
         if hold:
             self._held += manager.hold_blocks(hold)
+        self._blocks += first + later  # the tables' blocks: a copy replaces a shared entry
         self._g = g
         executor.now = t
         result.num_iterations += k
-        result.batched_requests_sum += k * len(scheduler.running)
-        busy = t - now
-        result.busy_seconds += busy
-        result.batched_requests_seconds += busy * len(scheduler.running)
+        num_groups = len(scheduler.running)
+        result.batched_requests_sum += k * num_groups
+        if recording:  # the step-by-step loop, without fast-forward, adds each iteration's busy seconds
+            self._add_busy(now, t, k, context - k * n, n, copies, num_groups)
+        else:
+            busy = t - now
+            result.busy_seconds += busy
+            result.batched_requests_seconds += busy * num_groups
         return self._finish(g, context)
+
+    def _add_busy(self, now: float, end: float, k: int, context: int, n: int, copies: int, num_groups: int) -> None:
+        """Add the busy seconds of a run of ``k`` decode iterations of ``n`` sequences from ``now`` to ``end``
+        (``context`` tokens in the first, ``copies`` copies on write before it) iteration by iteration, as
+        :meth:`ServingLoop.step` adds them when it steps: each iteration's end is computed again with the
+        same float additions as the run (so the last is ``end``). O(k)."""
+        decode_time = self._decode_time_of(n)
+        result = self.result
+        if copies:
+            t = now + (self.executor.iteration_time.block_copy_time(copies) + decode_time(context))
+        else:
+            t = now + decode_time(context)
+        start = now
+        for _ in range(k - 1):
+            busy = t - start
+            result.busy_seconds += busy
+            result.batched_requests_seconds += busy * num_groups
+            context += n
+            start, t = t, t + decode_time(context)
+        if t != end:
+            raise RuntimeError(f"a run's iterations end at {t!r}, not at the clock's {end!r}")  # a bookkeeping error
+        busy = t - start
+        result.busy_seconds += busy
+        result.batched_requests_seconds += busy * num_groups
+
+    def _record_prefill(self, scheduled: list[SequenceGroup]) -> None:
+        """Add a prefill iteration's sharing counts, as :meth:`ServingLoop.step` reads them once the groups
+        are allocated (:meth:`~paged.block.PagedKVCacheManager.sharing_counts`): the blocks in use (exact:
+        the blocks held past the tables are in use), and the blocks of the running groups' tables
+        (:attr:`_blocks`) plus the new groups' (each running sequence ``ceil(tokens / block_size)``). A
+        contiguous manager's counts are its own (never shared, and up to date). O(admitted sequences)."""
+        manager = self.scheduler.kv_manager
+        if not self._allocates:
+            self.result.sharing.add(*manager.sharing_counts())
+            return
+        bs = self._block_size
+        running = SequenceStatus.RUNNING
+        new = 0
+        for group in scheduled:
+            for seq in group.seqs:
+                if seq.status is running:
+                    new += -(-seq.num_tokens // bs)
+        self.result.sharing.add(manager.blocks_in_use(), self._blocks + new)
+
+    def _record_run(self, k: int, g0: int, crossed: list[int], copies: int) -> None:
+        """Add the sharing counts of the ``k`` decode iterations from ``G = g0`` in closed form, before their
+        crossings and copies reach the manager: every iteration holds the blocks in use at the start plus
+        the blocks the crossings up to it took (the first iteration's copies on write too), and its tables
+        :attr:`_blocks` plus the crossings' blocks (a copy replaces a shared entry: no new one); a crossing
+        at ``G = i`` is held by the ``g0 + k - i`` iterations from it. On a contiguous manager both counts
+        are its reservations, unchanged by a decode. O(crossings)."""
+        manager = self.scheduler.kv_manager
+        if not self._allocates:
+            in_use, without = manager.sharing_counts()
+            self.result.sharing.add_sums(k * in_use, k * without, k)
+            return
+        buckets, lazy_needs, bs, end = self._buckets, self._lazy_need, self._block_size, g0 + k
+        weighted = 0  # Σ over the crossings of their blocks × the iterations that hold them
+        for i in crossed:
+            weighted += (len(buckets[i % bs]) + lazy_needs[i % bs]) * (end - i)
+        self.result.sharing.add_sums(k * (manager.blocks_in_use() + copies) + weighted, k * self._blocks + weighted,
+                                     k)
 
     def _preempting_decode(self, now: float, next_arrival: float) -> list[SequenceGroup]:
         """The first decode iteration needs more blocks than are free: the scheduler's decode step
@@ -399,8 +504,9 @@ class CalendarServingLoop(ServingLoop):
         blocks (crossings, first copies on write): walking the running groups in order, each takes what it
         needs, and while it does not fit the latest-arriving group is preempted (the needy one itself when
         it is the latest; a group of samples gives back its held blocks first). Groups that need nothing
-        are kept. Then one iteration, as :meth:`ServingLoop.step` with the simulated executor runs it; the
-        calendar drops the preempted groups."""
+        are kept. Then one iteration, as :meth:`ServingLoop.step` with the simulated executor runs it
+        (recording its sharing counts once the victims are gone and the blocks taken); the calendar drops the
+        preempted groups."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
         offset = self._offset
@@ -417,6 +523,7 @@ class CalendarServingLoop(ServingLoop):
         hi = len(running)
         free = (manager.num_total_slots - manager.num_used_slots) // bs
         copies = 0
+        grown = 0  # blocks the crossings add to the tables
         for pos, group in needy:
             if pos >= hi:
                 break  # preempted already
@@ -444,6 +551,8 @@ class CalendarServingLoop(ServingLoop):
                 self._held += manager.hold_blocks(need)
                 if group in cow:
                     copies += need
+            if group not in cow:
+                grown += need
             free -= need
         del running[hi:]
         outputs.scheduled_seq_groups = list(running)
@@ -460,6 +569,7 @@ class CalendarServingLoop(ServingLoop):
                 del finish_at[off + group.output_len]
             if self._allocates:
                 buckets[(off + 1 - seq.prompt_len) % bs].remove(group)
+                self._blocks -= -(-(seq.num_tokens - 1) // bs)
             self._context -= seq.prompt_len + seq.num_generated
         self._cow.clear()  # every copying group has copied or left
         n = len(outputs.scheduled_seq_groups)
@@ -469,6 +579,9 @@ class CalendarServingLoop(ServingLoop):
                                    "to arrive (a request larger than the free KV cache?)")
             executor.wait_until(max(now, next_arrival))
             return []
+        if self.record_sharing:  # as ServingLoop.step reads it: the crossings and copies taken, the victims gone
+            result.sharing.add(manager.blocks_in_use(), self._blocks + grown)
+        self._blocks += grown
         num_seqs, context = n + self._samples, self._context
         if copies:
             seconds = executor.iteration_time.block_copy_time(copies)
@@ -499,6 +612,7 @@ class CalendarServingLoop(ServingLoop):
             ending.sort(key=scheduler.running.index)
         finish = scheduler.finish_seq
         offset, buckets, bs, allocates = self._offset, self._buckets, self._block_size, self._allocates
+        blocks = self._blocks
         for group in ending:
             seqs = group.seqs
             del offset[group]
@@ -508,6 +622,7 @@ class CalendarServingLoop(ServingLoop):
                 seq.num_generated = length
                 if allocates:
                     buckets[(g - length + 1 - seq.prompt_len) % bs].remove(group)
+                    blocks -= -(-(seq.prompt_len + length - 1) // bs)
                 finish(seq)
                 context -= seq.prompt_len + length
                 continue
@@ -519,11 +634,13 @@ class CalendarServingLoop(ServingLoop):
                 self._lazy_need[i] -= len(seqs)
                 self._release(self._held_for(group, length))
                 del self._lazy[group]
+                blocks -= len(seqs) * -(-(seqs[0].prompt_len + length - 1) // bs)
             for seq in seqs:
                 finish(seq)
             self._samples -= len(seqs) - 1
             context -= len(seqs) * seqs[0].num_tokens
         self._context = context
+        self._blocks = blocks
         return self._retire(scheduler.free_finished_seq_groups(ending))
 
     def _cross(self, bucket: list, g: int, manager) -> None:

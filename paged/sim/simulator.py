@@ -20,8 +20,8 @@ for every block-boundary crossing. The run is applied at once: each sequence gai
 the same order, and the memory sums are added in closed form, so the result is exactly the
 step-by-step loop's (``tests/sim/test_simulator.py`` checks it).
 
-Decode calendar (:mod:`paged.sim.decode_calendar`): when nothing is recorded and no request replays a beam
-search, the loop is a :class:`~paged.sim.decode_calendar.CalendarServingLoop`: token counts follow a
+Decode calendar (:mod:`paged.sim.decode_calendar`): when the memory breakdown is not recorded and no request
+replays a beam search, the loop is a :class:`~paged.sim.decode_calendar.CalendarServingLoop`: token counts follow a
 global decode counter, and a decode step touches only the requests that cross a block boundary or finish
 in it, so a step costs O(changes), not O(running sequences) (at paged's knee, where a request arrives
 every iteration or two, the fast-forward's runs are one iteration long). It serves single sequences,
@@ -34,7 +34,11 @@ step, which depends only on the recorded search, the step and the prompt's offse
 reads one column whatever the number of groups. Both keep the real scheduler deciding every admission
 and preemption and the real manager holding the right number of blocks whenever anything reads it; the
 same steps, the same numbers (``tests/sim/test_decode_calendar.py``, ``tests/sim/test_beam_calendar.py``),
-only physical block ids and forked sequences' ids differ. The step-by-step :class:`ServingLoop` is the
+only physical block ids and forked sequences' ids differ. Both record the KV blocks held with and without
+sharing (``record_sharing``, Fig. 15) as the step-by-step loop reads them at every iteration: the blocks in use
+from the manager's exact free pool plus what a run's iterations take, the blocks without sharing from the
+token counts (every sequence's table holds ``ceil(tokens / block_size)`` blocks, candidates and samples
+alike), a run of decode iterations summed in closed form. The step-by-step :class:`ServingLoop` is the
 reference (the tests refuse both calendars to run it).
 
 Sequence groups (§4.4, :func:`groups_from_trace`): a request may run ``n`` parallel samples (they
@@ -46,7 +50,10 @@ blocks), and requests with a shared prefix (``prefix_len``) share its blocks.
 Measured (``make bench-sim``, paper-length runs of notebook 02, against the step-by-step loop with its
 fast-forward; load 0.7–1.0): beam search of width 6 on paged 8.5× faster (11.8 s → 1.4 s), on Orca
 (Oracle) 6.7×, 6 parallel samples 3.5×, Fig. 16's shared 5-shot prefix 1.3× (admission-bound: its requests
-are short); Fig. 14's sustained-rate searches at the full hour 5.2×. docs/benchmarks.md has the spreads.
+are short); Fig. 14's sustained-rate searches at the full hour 5.2×. Recording sharing (Fig. 15, against
+the step-by-step loop without fast-forward, Alpaca at 4 req/s, the full hour; load 0.8–1.0): beam search of
+width 6 11.0× (10.2 s → 0.92 s), 6 parallel samples 4.5×; notebook 02's ``memory_saving`` (its 12 runs, 2
+workers) 32.7 s → 4.6 s. docs/benchmarks.md has the spreads.
 """
 
 from __future__ import annotations
@@ -182,7 +189,8 @@ def simulate(
         n, beam_width, shared_prefix: the requests' sequence groups (:func:`groups_from_trace`):
             parallel samples, beam search replaying recorded searches, how a shared prefix is shared.
         record_sharing: record the KV blocks held with and without sharing at every iteration
-            (``result.sharing``, Fig. 15); the run then steps one iteration at a time.
+            (``result.sharing``, Fig. 15): by the calendars where they apply, otherwise by the step-by-step
+            loop, which then steps one iteration at a time (no fast-forward). Same results either way.
         on_finish: called with the groups that finished after each iteration (their
             ``finished_time`` is the clock); an exception it raises stops the run and propagates.
 

@@ -307,10 +307,13 @@ def test_reserved_prefix_is_shared_by_every_request():
     assert tables[0][:2] == tables[1][:2] == tables[2][:2]
     assert mgr.get_num_free_gpu_blocks() == 32 - 2 - 3 * 3
     assert mgr.sharing_counts() == (2 + 9, 15)
+    held = mgr.hold_blocks(3)  # blocks held outside the tables (the simulator's calendars) are in use
+    assert mgr.blocks_in_use() == 2 + 9 + 3
+    mgr.release_blocks(held)
     for g in groups:
         mgr.free(g.seqs[0])
     assert mgr.get_num_free_gpu_blocks() == 30  # the reserved prefix stays pinned
-    assert mgr.sharing_counts() == (0, 0)
+    assert mgr.sharing_counts() == (0, 0) and mgr.blocks_in_use() == 0
 
 
 @pytest.mark.parametrize("caching", [False, True])

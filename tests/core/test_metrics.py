@@ -7,7 +7,7 @@ import math
 import pytest
 
 from paged.core.kv_cache_manager import MemoryUsage
-from paged.core.metrics import MemoryStats, request_metrics
+from paged.core.metrics import MemoryStats, SharingStats, request_metrics
 from paged.core.sequence import Sequence, SequenceGroup
 
 
@@ -41,3 +41,13 @@ def test_memory_stats_average_over_iterations_and_runs_add_exactly():
     assert stats.mean() == {"token_states": 40 / 300, "reservation": 20 / 300, "internal": 60 / 300,
                             "external": 180 / 300}
     assert all(math.isnan(v) for v in MemoryStats().mean().values())
+
+
+def test_sharing_stats_sums_added_at_once_equal_iteration_by_iteration():
+    counts = [(3, 5), (4, 7), (4, 9)]
+    one, run = SharingStats(), SharingStats()
+    for in_use, without in counts:
+        one.add(in_use, without)
+    run.add_sums(sum(c[0] for c in counts), sum(c[1] for c in counts), len(counts))
+    assert one == run and run.iterations == 3
+    assert run.saving == 1 - 11 / 21 and SharingStats().saving == 0.0

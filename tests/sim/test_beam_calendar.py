@@ -1,8 +1,9 @@
 """The beam calendar serves replayed beam searches exactly as the step-by-step loop (§4.4, Fig. 14): every
 result field (copy-on-write blocks and seconds, contiguous fork copies), every request's times, preemptions
 and its candidates' tokens, on the paged manager (block sizes 1, 16, 128; recomputation and swapping, where
-an overloaded run writes out its tables and continues step by step) and the contiguous ones. Its block
-profiles match the paged manager's own steps, and it is used only where it applies."""
+an overloaded run writes out its tables and continues step by step) and the contiguous ones; recording the
+KV blocks held with and without sharing at every iteration (Fig. 15), the same counts. Its block profiles
+match the paged manager's own steps, and it is used only where it applies."""
 
 import random
 
@@ -118,7 +119,7 @@ def test_used_only_where_it_applies():
                    record_sharing=False)
     assert not sequence_applies(beams, paged, executor, record_memory=False, record_sharing=False)
     assert not applies(beams, paged, executor, record_memory=True, record_sharing=False)
-    assert not applies(beams, paged, executor, record_memory=False, record_sharing=True)
+    assert applies(beams, paged, executor, record_memory=False, record_sharing=True)  # recorded by the calendar
     assert not applies(beams, paged, SimulatedExecutor(cost, fast_forward=False), record_memory=False,
                        record_sharing=False)
     assert not applies(beams, PagedKVCacheManager(4096, 16, enable_prefix_caching=True), executor,
@@ -158,3 +159,58 @@ def test_an_escaping_exception_or_an_abort_leaves_no_block_held(system):
     assert all(s.num_generated == g.output_len for g in result.groups if not g.aborted for s in g.seqs)
     assert manager.num_used_slots == 0
     manager.check_invariants()
+
+
+SHARING_CASES = [("paged", 16, "recompute"), ("paged", 1, "recompute"), ("paged", 128, "recompute"),
+                 ("paged", 16, "swap"), ("orca-oracle", 16, "recompute")]
+
+
+def _sharing_recorded(fields):
+    """Every iteration recorded once, and the blocks without sharing never fewer than those held."""
+    sharing = fields["sharing"]
+    assert sharing.iterations == fields["num_iterations"] > 0
+    assert 0 < sharing.blocks_in_use <= sharing.blocks_without_sharing
+    return sharing
+
+
+@pytest.mark.parametrize("width", [2, 4, 6])
+@pytest.mark.parametrize("system, block_size, preemption", SHARING_CASES,
+                         ids=[f"{s}-{b}-{p}" for s, b, p in SHARING_CASES])
+@pytest.mark.parametrize("load", ["light", "overloaded"])
+def test_records_sharing_as_the_step_by_step_loop(monkeypatch, system, block_size, preemption, width, load):
+    """Fig. 15's counts at every iteration (prefills, the timeline's decodes, beam steps freeing blocks,
+    preemption, swapped groups) and every other result field, bit-identical with ``record_sharing``."""
+    trace = synthetic_trace(30 if load == "light" else 20, 20.0 if load == "light" else 60.0, seed=width,
+                            max_prompt=150, max_output=100)
+    if system == "paged":
+        slots = 1 << 16 if load == "light" else (1024 if block_size == 1 else 1792 if block_size == 16 else 4096)
+    else:
+        slots = 1 << 16 if load == "light" else 1 << 14
+    cost = get_cost_model("opt-13b", block_size=block_size if system == "paged" else 16, paged_kernel=system == "paged")
+    fast, ref = served_both(monkeypatch, trace, lambda: _manager(system, block_size, slots), cost,
+                            preemption_mode=preemption, beam_width=width, max_num_batched_tokens=4096,
+                            record_sharing=True)
+    assert fast[1] == ["BeamCalendarServingLoop"] and ref[1] == []
+    assert fast[0] == ref[0]
+    sharing = _sharing_recorded(fast[0][0])
+    if system == "paged":
+        assert sharing.saving > 0
+        assert (fast[0][0]["num_preemptions"] > 0) == (load == "overloaded")
+    else:
+        assert sharing.saving == 0  # reservations are never shared
+
+
+@pytest.mark.parametrize("trace_name, rate, duration", [("alpaca-bare", 4.0, 40.0), ("sharegpt", 0.5, 120.0),
+                                                        ("alpaca-bare", 60.0, 6.0), ("sharegpt", 3.0, 22.0)])
+@pytest.mark.parametrize("width", [2, 6])
+def test_paper_traces_record_sharing_as_the_step_by_step_loop(monkeypatch, trace_name, rate, duration, width):
+    """Fig. 15's runs (OPT-13B's server, Alpaca and ShareGPT) at its rates and above (ShareGPT at 3 req/s
+    preempts beams of width 6): the same counts."""
+    from paged.experiments.serving.run_length import long_trace
+
+    requests = long_trace(trace_name, rate, duration, 0)
+    cost = get_cost_model("opt-13b")
+    fast, ref = served_both(monkeypatch, requests, lambda: PagedKVCacheManager(cost.num_kv_slots // 16, 16), cost,
+                            beam_width=width, record_sharing=True)
+    assert fast[1] == ["BeamCalendarServingLoop"] and fast[0] == ref[0]
+    assert _sharing_recorded(fast[0][0]).saving > 0

@@ -2,7 +2,8 @@
 field and every request's times bit-identical, through arrivals, finishes, block crossings,
 preemption by recomputation and by swapping, on the paged and the contiguous managers; for single
 sequences, parallel samples (the first decode's copy-on-write, lock-step crossings, preemption of whole
-groups) and requests sharing a few-shot prefix (reserved, or found by prefix caching)."""
+groups) and requests sharing a few-shot prefix (reserved, or found by prefix caching); recording the KV
+blocks held with and without sharing at every iteration (Fig. 15), the same counts."""
 
 import math
 
@@ -66,7 +67,7 @@ def test_used_only_where_it_applies():
     single = groups_from_trace(requests)
     assert applies(single, manager, executor, record_memory=False, record_sharing=False)
     assert not applies(single, manager, executor, record_memory=True, record_sharing=False)
-    assert not applies(single, manager, executor, record_memory=False, record_sharing=True)
+    assert applies(single, manager, executor, record_memory=False, record_sharing=True)  # recorded by the calendar
     assert applies(groups_from_trace(requests, n=2), manager, executor, record_memory=False, record_sharing=False)
     assert applies(single, make_kv_manager("paged", cost.num_kv_slots, enable_prefix_caching=True), executor,
                    record_memory=False, record_sharing=False)
@@ -218,3 +219,76 @@ def test_parallel_samples_an_exception_or_an_abort_leaves_no_block_held():
     assert all(s.num_generated == g.output_len for g in result.groups if not g.aborted for s in g.seqs)
     assert manager.num_used_slots == 0
     manager.check_invariants()
+
+
+def _sharing_recorded(fields):
+    """Every iteration recorded once, and the blocks without sharing never fewer than those held."""
+    sharing = fields["sharing"]
+    assert sharing.iterations == fields["num_iterations"] > 0
+    assert 0 < sharing.blocks_in_use <= sharing.blocks_without_sharing
+    return sharing
+
+
+SHARING_CASES = [("paged", 16, "recompute"), ("paged", 1, "recompute"), ("paged", 128, "recompute"),
+                 ("paged", 16, "swap"), ("orca-oracle", 16, "recompute")]
+
+
+@pytest.mark.parametrize("width", [2, 4, 6])
+@pytest.mark.parametrize("system, block_size, preemption", SHARING_CASES,
+                         ids=[f"{s}-{b}-{p}" for s, b, p in SHARING_CASES])
+@pytest.mark.parametrize("load", ["light", "overloaded"])
+def test_parallel_samples_record_sharing_as_the_step_by_step_loop(monkeypatch, system, block_size, preemption, width,
+                                                                  load):
+    """Fig. 15's counts at every iteration (prefills, runs of decodes, the first copies on write, preempting
+    decodes, swapped groups) and every other result field, bit-identical with ``record_sharing``."""
+    trace = synthetic_trace(40 if load == "light" else 30, 20.0 if load == "light" else 80.0, seed=width,
+                            max_prompt=150, max_output=100)
+    if system == "paged":
+        slots = 1 << 16 if load == "light" else (1024 if block_size == 1 else 1536 if block_size == 16 else 4096)
+    else:
+        slots = 1 << 16 if load == "light" else 1 << 14
+    cost = get_cost_model("opt-13b", block_size=block_size if system == "paged" else 16, paged_kernel=system == "paged")
+    fast, ref = served_both(monkeypatch, trace, lambda: _manager(system, block_size, slots), cost,
+                            preemption_mode=preemption, n=width, max_num_batched_tokens=4096, record_sharing=True)
+    assert fast[1] == ["CalendarServingLoop"] and ref[1] == []
+    assert fast[0] == ref[0]
+    sharing = _sharing_recorded(fast[0][0])
+    if system == "paged":
+        assert sharing.saving > 0  # the samples share their prompt's full blocks
+        assert (fast[0][0]["num_preemptions"] > 0) == (load == "overloaded")
+    else:
+        assert sharing.saving == 0  # reservations are never shared
+
+
+@pytest.mark.parametrize("trace_name, rate, duration", [("alpaca-bare", 4.0, 40.0), ("sharegpt", 0.5, 120.0),
+                                                        ("alpaca-bare", 30.0, 12.0), ("sharegpt", 3.0, 30.0)])
+@pytest.mark.parametrize("width", [1, 2, 6])
+def test_paper_traces_record_sharing_as_the_step_by_step_loop(monkeypatch, trace_name, rate, duration, width):
+    """Fig. 15's runs (OPT-13B's server, Alpaca and ShareGPT) at its rates and above (where 6 samples are
+    preempted): the same counts."""
+    requests = long_trace(trace_name, rate, duration, 0)
+    cost = get_cost_model("opt-13b")
+    fast, ref = served_both(monkeypatch, requests, lambda: PagedKVCacheManager(cost.num_kv_slots // 16, 16), cost,
+                            n=width, record_sharing=True)
+    assert fast[1] == ["CalendarServingLoop"] and fast[0] == ref[0]
+    sharing = _sharing_recorded(fast[0][0])
+    assert (sharing.saving > 0) == (width > 1)
+
+
+@pytest.mark.parametrize("trace_name", ["wmt16-1shot", "wmt16-5shot"])
+@pytest.mark.parametrize("block_size, mode", [(16, "reserved"), (1, "reserved"), (128, "reserved"), (16, "tokens")])
+@pytest.mark.parametrize("load, preemption", [("light", "recompute"), ("overloaded", "recompute"),
+                                              ("overloaded", "swap")])
+def test_shared_prefix_records_sharing_as_the_step_by_step_loop(monkeypatch, trace_name, block_size, mode, load,
+                                                                preemption):
+    """A reserved prefix (its blocks counted while a sequence uses them) or one found by prefix caching: the
+    same counts at every iteration."""
+    trace = get_trace(trace_name, 60 if load == "light" else 80, seed=2, rate=10.0 if load == "light" else 200.0)
+    slots = 1 << 15 if load == "light" else 1 << 11
+    cost = get_cost_model("llama-13b", block_size=block_size)
+    fast, ref = served_both(monkeypatch, trace, lambda: _manager("paged", block_size, slots, mode == "tokens"), cost,
+                            shared_prefix=mode, preemption_mode=preemption, max_num_batched_tokens=4096,
+                            record_sharing=True)
+    assert fast[1] == ["CalendarServingLoop"] and fast[0] == ref[0]
+    sharing = _sharing_recorded(fast[0][0])
+    assert (sharing.saving > 0) == (trace[0].prefix_len >= block_size)  # a full block of the prefix is shared

@@ -104,7 +104,8 @@ def run_system(trace, system: str, model: str | CostModel = "opt-13b", *, block_
         prefix_caching: paged only: automatic prefix caching finds shared prefixes (``prefix_len`` of
             the trace's requests) by their tokens; otherwise the paged system shares them as a
             provider-reserved prefix (§4.4) and Orca cannot share them.
-        record_sharing: record KV blocks with and without sharing (``result.sharing``; steps the run).
+        record_sharing: record KV blocks with and without sharing (``result.sharing``; by the simulator's
+            calendars where they apply, otherwise the run steps one iteration at a time).
 
     Raises:
         ValueError: for an unknown system or preemption mode, groups on FasterTransformer, prefix caching
@@ -187,9 +188,10 @@ def simulate_point(model: str = "opt-13b", trace: str = "sharegpt", system: str 
         latency_cap: stop a run once its mean normalized latency is sure to exceed this (s/token);
             the row then has that lower bound and ``stopped_early``.
         n, beam_width, prefix_caching: as :func:`run_system`.
-        record_sharing: measure the KV blocks saved by sharing (the run then steps one iteration at a
-            time; same results); None: when something can be shared (``n`` or ``beam_width`` above 1, a
-            trace with shared prefixes, prefix caching).
+        record_sharing: measure the KV blocks saved by sharing (recorded at every iteration, by the
+            simulator's calendars where they apply, otherwise one iteration at a time; same results); None:
+            when something can be shared (``n`` or ``beam_width`` above 1, a trace with shared prefixes,
+            prefix caching).
         tokenizer: the committed counts of a named trace (:func:`paged.workloads.get_trace`).
 
     Returns:
