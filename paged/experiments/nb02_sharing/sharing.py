@@ -159,8 +159,9 @@ def memory_saving(traces=("alpaca-bare", "sharegpt"), widths=(2, 4, 6), *, rates
     beam search on each trace, paged on ``model``'s server at ``rates[trace]`` req/s (default 4 for
     Alpaca, 0.5 for ShareGPT: loaded, below the beam-6 sustained rates), each run paper-length
     (``duration_scale`` × the paper's hour of arrivals, doubled until the latency converges) or, given
-    ``num_requests``, that many requests. Every iteration of a run is recorded, so a run steps one
-    iteration at a time (an hour of Alpaca at 4 req/s, beam width 6: about 10 s here). Columns
+    ``num_requests``, that many requests. Every iteration's blocks in use are recorded; the decode
+    and beam calendars sum them in closed form between events, so recording costs little (all twelve
+    runs at the full hour take about 5 s on two cores). Columns
     ``trace``, ``decoding``, ``width``, ``rate``, ``saving_percent``, ``blocks_in_use_mean``,
     ``blocks_without_sharing_mean``, ``num_preemptions``, ``num_requests``, ``arrival_seconds``,
     ``converged``.
