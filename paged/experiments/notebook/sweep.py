@@ -62,6 +62,7 @@ def run_jobs(fn, jobs: list[dict], *, workers: int = 2, desc: str = "sweep") -> 
 
     backend, n_jobs = get_active_backend()
     local = isinstance(backend, LokyBackend)
+    _hide_loky_worker_restarts()
     results = []
     with progress(len(jobs), desc) as bar:
         if local and workers <= 1:
@@ -77,6 +78,22 @@ def run_jobs(fn, jobs: list[dict], *, workers: int = 2, desc: str = "sweep") -> 
             results.append(result)
             bar.update()
     return results
+
+
+def _hide_loky_worker_restarts() -> None:
+    """Keep loky's note that it restarted a worker out of notebooks' stderr.
+
+    Loky restarts a worker whose memory grew by more than 300 MB since its first job (its leak
+    guard; a worker that has loaded several traces and models' tables crosses it) and warns that "a
+    worker stopped while some jobs were given to the executor". The queued jobs go to the new
+    worker and no result changes. The warning comes from loky's manager thread while jobs run, so
+    the filter is installed (once; filters are process-wide) before each sweep rather than at import,
+    where a ``warnings.catch_warnings`` block around the import would drop it.
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", message="A worker stopped while some jobs were given to the executor",
+                            category=UserWarning, module=r"joblib\.externals\.loky")
 
 
 def _in_worker(fn, job: dict):

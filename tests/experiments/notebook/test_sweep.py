@@ -119,3 +119,23 @@ def test_the_command_line_names_an_unknown_grid_parameter_in_one_line(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.startswith("error: 01_fragmentation.ipynb has no parameter 'num_request'")
     assert "Traceback" not in out.stderr and not list(tmp_path.iterdir())
+
+
+
+def test_lokys_worker_restart_note_is_not_shown_but_its_other_warnings_are():
+    """Loky's note that a worker restarted past its memory guard (queued jobs unaffected) stays out
+    of notebooks once a sweep has run; any other warning from loky, or the same text from elsewhere,
+    is still shown."""
+    import warnings
+
+    note = ("A worker stopped while some jobs were given to the executor. This can be caused by a too "
+            "short worker timeout or by a memory leak.")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_jobs(parameter_grid, [{"spec": {"a": [1]}}], workers=2)
+        warnings.warn_explicit(note, UserWarning, "process_executor.py", 787,
+                               module="joblib.externals.loky.process_executor")
+        warnings.warn_explicit("something else", UserWarning, "process_executor.py", 1,
+                               module="joblib.externals.loky.process_executor")
+        warnings.warn_explicit(note, UserWarning, "mine.py", 1, module="mine")
+    assert [str(w.message) for w in caught] == ["something else", note]
