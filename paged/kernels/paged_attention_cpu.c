@@ -19,7 +19,11 @@
  * even). Block ids and offsets are computed in 64 bits.
  *
  * The work of one sequence: its context is cut into tiles of at most 16 tokens that lie in one
- * block, tiles into chunks of at most CHUNK_TILES. Per chunk:
+ * block, tiles into chunks of at most CHUNK_TILES, fewer where the chunk's keys or values of every
+ * KV head would exceed CHUNK_BYTES (a tile of OPT-13B's 40 heads of 128 fp32 channels is 320 KB:
+ * one tile per chunk, so step 3 reads values that step 1's prefetches brought into L2; with 16
+ * tiles per chunk they came back from memory and the kernel took 1.1-1.25x SDPA's time there,
+ * 0.6-1.06x with one tile a chunk; 3 or 6 tiles took 1.4-1.5x the one-tile time). Per chunk:
  *   1. the scores of every query head for every tile (q . k times the scale), a tile's keys of
  *      every KV head together (a block of the shipped model holds them in 4 KB);
  *   2. the online softmax: each head's maximum over the chunk; if it grew, the head's
@@ -69,6 +73,7 @@
 #define TILE 16
 #define CHUNK_TILES 16
 #define WIDTH (CHUNK_TILES * TILE) /* score slots per head and chunk */
+#define CHUNK_BYTES (256 * 1024) /* a chunk's values of every KV head at most this (L2), >= 1 tile */
 #define PREFETCH_TOKENS 16 /* the keys of the block this many tokens ahead are prefetched into L1 */
 #define STREAM_TOKENS 64   /* ... and the first lines of keys and values this far ahead into L2 */
 #define STREAM_LINES 3
@@ -106,6 +111,7 @@ typedef struct {
     void *out;
     int64_t num_heads, num_kv_heads, group, head_size, block_size, seq_begin, seq_end;
     int64_t prefetch_blocks, stream_blocks; /* ceil(PREFETCH_TOKENS / block_size), ceil(STREAM_TOKENS / block_size) */
+    int chunk_tiles; /* tiles per chunk: CHUNK_TILES, fewer where a tile's values exceed CHUNK_BYTES / CHUNK_TILES */
     float scale;
     float *scores; /* [num_heads, WIDTH] */
     float *acc;    /* [num_heads, head_size] */
@@ -197,10 +203,11 @@ static inline float exp_neg(float x) {
 /* ------------------------------------------------------------------------------ tiles and chunks */
 
 /* The tiles of tokens [*pos, len) that fit one chunk; advances *pos. Returns the tile count. */
-static int next_chunk(const int32_t *table, int64_t block_size, int64_t len, int64_t *pos, tile_t *tiles) {
+static int next_chunk(const int32_t *table, int64_t block_size, int64_t len, int64_t *pos, tile_t *tiles,
+                      int max_tiles) {
     int count = 0;
     int64_t p = *pos;
-    while (p < len && count < CHUNK_TILES) {
+    while (p < len && count < max_tiles) {
         int64_t block = p / block_size, offset = p % block_size;
         int64_t n = block_size - offset;
         if (n > TILE) n = TILE;
@@ -418,7 +425,7 @@ PI void sequence_portable_as(const int dtype, const job_t *j, int64_t seq) {
             prefetch_block(j->key_cache, table[b], block_bytes, 0, block_bytes, 0);
     int64_t pos = 0;
     while (pos < len) {
-        int count = next_chunk(table, j->block_size, len, &pos, tiles);
+        int count = next_chunk(table, j->block_size, len, &pos, tiles, j->chunk_tiles);
         for (int i = 0; i < count; i++) { /* 1. scores */
             const int n = tiles[i].n;
             const int first = tiles[i].slot % j->block_size == 0 || i == 0;
@@ -758,7 +765,7 @@ AI void sequence_avx512(const int dtype, const int D, const job_t *j, int64_t se
 
     int64_t pos = 0;
     while (pos < len) {
-        int count = next_chunk(table, j->block_size, len, &pos, tiles);
+        int count = next_chunk(table, j->block_size, len, &pos, tiles, j->chunk_tiles);
         /* 1. scores, tile by tile (a block's keys of every KV head together) */
         for (int i = 0; i < count; i++) {
             const int n = tiles[i].n;
@@ -861,7 +868,9 @@ int paged_attention_cpu(const pa_args_t *a, const void *query, const void *key_c
     job_t j = {(int)a->dtype, query, a->q_seq_stride, a->q_head_stride, key_cache, value_cache, a->block_tables,
                a->table_stride, a->row_offsets, a->context_lens, out, H, a->num_kv_heads, H / a->num_kv_heads, D,
                a->block_size, a->seq_begin, a->seq_end, (PREFETCH_TOKENS + a->block_size - 1) / a->block_size,
-               (STREAM_TOKENS + a->block_size - 1) / a->block_size, (float)a->scale, scratch, 0, 0, 0, 0, 0};
+               (STREAM_TOKENS + a->block_size - 1) / a->block_size, CHUNK_TILES, (float)a->scale, scratch, 0, 0, 0, 0, 0};
+    const int64_t tile_bytes = TILE * a->num_kv_heads * D * (a->dtype == PA_F32 ? 4 : 2);
+    if (tile_bytes * CHUNK_TILES > CHUNK_BYTES) j.chunk_tiles = CHUNK_BYTES / tile_bytes > 1 ? (int)(CHUNK_BYTES / tile_bytes) : 1;
     j.acc = j.scores + H * WIDTH;
     j.qf = j.acc + H * D;
     j.m = j.qf + H * D;

@@ -39,7 +39,9 @@ def kernel():
 # (block_size, head_size, num_heads, num_kv_heads, dtype)
 CASES = [(16, 32, 8, 2, FP32), (16, 32, 8, 2, BF16), (16, 32, 8, 2, FP16), (16, 64, 4, 4, FP32), (16, 128, 16, 2, FP32),
          (16, 64, 8, 1, BF16), (16, 128, 8, 4, BF16), (8, 32, 6, 2, FP32), (32, 64, 10, 2, FP16), (16, 80, 4, 2, BF16),
-         (16, 40, 8, 2, FP32), (16, 40, 4, 1, BF16), (1, 32, 4, 4, FP32), (64, 32, 16, 2, FP32)]
+         (16, 40, 8, 2, FP32), (16, 40, 4, 1, BF16), (1, 32, 4, 4, FP32), (64, 32, 16, 2, FP32),
+         # wide rows: chunks of fewer tiles (CHUNK_BYTES), 8 with bf16 and 8 KV heads, 1 with OPT-13B's heads
+         (16, 128, 16, 8, BF16), (16, 128, 40, 40, FP32)]
 LENGTHS = [CONTEXT_LENS, (16, 1, 17, 32, 31, 300)]
 
 
