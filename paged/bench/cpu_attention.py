@@ -238,6 +238,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--threads", type=positive_int, default=1,
                         help="torch's and the kernel's threads (above 1: wall time instead of CPU time)")
+    parser.add_argument("--heads", type=positive_int, nargs=3, default=[8, 2, 32],
+                        metavar=("NUM_HEADS", "NUM_KV_HEADS", "HEAD_SIZE"),
+                        help="the attention's shape (default: the shipped model's; OPT-13B's is 40 40 128)")
     parser.add_argument("--no-compile-time", action="store_true", help="skip compiling the kernel into an empty folder")
     run_command(parser, _report, argv)
 
@@ -248,13 +251,15 @@ def _report(args) -> None:
         print("C kernel: not available here (no C compiler, or PAGED_CPU_KERNEL=0); the bucketed path only"
               if built is None else f"C kernel first-use compile: {built[0]:.1f} s ({built[1]})")
     r = measure(batch_sizes=tuple(args.batch_sizes), contexts=tuple(args.contexts), mixes=tuple(args.mixes),
-                dtypes=tuple(args.dtypes), rounds=args.rounds, repeats=args.repeats, threads=args.threads)
+                dtypes=tuple(args.dtypes), rounds=args.rounds, repeats=args.repeats, threads=args.threads,
+                num_heads=args.heads[0], num_kv_heads=args.heads[1], head_size=args.heads[2])
     load = r["load"]
     timer = "CPU time" if args.threads == 1 else "wall time"
     print(f"load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} CPUs; {timer}, "
           f"torch and the kernel on {args.threads} thread(s); median over {args.rounds} interleaved rounds of "
           f"{args.repeats} calls [ratio min - max]")
-    print("heads 8 / KV heads 2, head size 32, blocks of 16 tokens; ratio = paged path / contiguous "
+    print(f"heads {args.heads[0]} / KV heads {args.heads[1]}, head size {args.heads[2]}, blocks of 16 tokens; "
+          "ratio = paged path / contiguous "
           f"(target <= {TARGET}, x: above); plans = plan_cpu_decode / plan_buckets, once per step for every layer")
     paged = [p for p in PAGED if r["kernel"] or p != "kernel"]
     ratio_names = [f"{p}_vs_{b}" for p in paged for b in BASELINES]

@@ -38,3 +38,11 @@ def test_cli_prints_the_grid(capsys):
     out = capsys.readouterr().out
     assert "load average" in out and "float32   mixed" in out and "points within 1.1x" in out
     assert ("kernel / head-major" in out) == (load_kernel() is not None) and "bucketed / token-major" in out
+
+
+def test_cli_takes_another_attention_shape(capsys):
+    main(["--batch-sizes", "1", "--contexts", "20", "--mixes", "uniform", "--dtypes", "float32", "--rounds", "1",
+          "--repeats", "1", "--no-compile-time", "--heads", "12", "4", "64"])
+    assert "heads 12 / KV heads 4, head size 64" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # 12 query heads cannot share 5 KV heads: the run's own error, exit code 2
+        main(["--batch-sizes", "1", "--contexts", "20", "--no-compile-time", "--heads", "12", "5", "64"])
