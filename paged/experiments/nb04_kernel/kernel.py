@@ -13,9 +13,10 @@ length) and finds the paged kernel 20–26% slower. This module measures the sam
   tables (:func:`paged.kernels.cpu_kernel.paged_attention_cpu`, on torch's thread count), vs SDPA
   over the contiguous cache; where the C kernel is not built or not measured fast for the shape, the
   torch path (a block-table gather into a reused workspace + SDPA,
-  :func:`paged.kernels.paged_attention_torch`). Timed with ``time.perf_counter``, the two calls
-  alternating, best of ``repeats`` each after one warm-up. These are CPU numbers: the cost of paging
-  in a CPU kernel (scattered 4 KB blocks instead of one stream), not the GPU kernel the paper times.
+  :func:`paged.kernels.paged_attention_torch`). Timed with ``time.perf_counter``, the two
+  alternating in bursts of 3 calls over ``repeats`` rounds, the best call of each. These are CPU
+  numbers: the cost of paging in a CPU kernel (blocks in random order instead of one stream), not
+  the GPU kernel the paper times.
 
 **The kernel's roofline.** Decode attention reads every key and value of the batch once and does
 about 2 multiply-adds per element read, far below any GPU's compute ridge, so its floor is the
@@ -170,16 +171,21 @@ def make_inputs(batch: int, context_len: int, num_heads: int, num_kv_heads: int,
             "scale": head_size ** -0.5}
 
 
-def _time_cpu_interleaved(paged, contiguous, repeats: int) -> tuple[float, float]:
-    """Best of ``repeats`` calls of each (ms), the two alternating call by call after one warm-up each,
-    so a burst of load on a shared CPU falls on both."""
-    paged(), contiguous()
+def _time_cpu_interleaved(paged, contiguous, repeats: int, burst: int = 3) -> tuple[float, float]:
+    """Best call of each (ms) over ``repeats`` rounds; a round runs ``burst`` calls of one, then
+    ``burst`` of the other, after two warm-up calls each, so a burst of load on a shared CPU falls on
+    both. Not call by call: after SDPA returns, torch's OpenMP workers keep spinning for a while and
+    take the core the C kernel's second thread needs (on 2 cores, batch 8 × 64 tokens: 0.99 ms a
+    call alternating call by call, 0.59 ms in bursts, 0.63 ms with no SDPA calls between)."""
+    for _ in range(2):
+        paged(), contiguous()
     times = ([], [])
     for _ in range(repeats):
         for fn, out in ((paged, times[0]), (contiguous, times[1])):
-            start = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - start)
+            for _ in range(burst):
+                start = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - start)
     return min(times[0]) * 1e3, min(times[1]) * 1e3
 
 
@@ -196,7 +202,7 @@ def measure_point(batch: int, context_len: int, *, num_heads: int = 40, num_kv_h
 
     Returns:
         one row: ``batch``, ``context_len`` (tokens), ``paged_us``, ``contiguous_us``
-        (microseconds; GPU: do_bench median, CPU: best of ``repeats``), ``ratio``
+        (microseconds; GPU: do_bench median, CPU: the best call of ``repeats`` rounds of 3), ``ratio``
         (paged / contiguous), the :func:`bytes_per_call` fields, the :func:`roofline` columns,
         ``paged_gbps`` (total_bytes / paged time, GB/s), ``peak_gbps``, ``ideal_us`` (total_bytes at
         that peak) and ``fraction_of_peak`` (= ideal_us / paged_us; GPU with a known peak, else NaN),
