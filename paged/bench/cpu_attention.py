@@ -172,13 +172,19 @@ def measure(*, batch_sizes=(1, 8, 32, 64, 128), contexts=(128, 512, 2048), mixes
 
     Raises:
         ValueError: an empty or non-positive grid axis, an unknown mix or dtype, ``num_heads`` not
-            a multiple of ``num_kv_heads``, ``rounds``, ``repeats`` or ``threads`` < 1.
+            a multiple of ``num_kv_heads``, ``rounds``, ``repeats``, ``threads``, a head count or the
+            head size < 1; each message names the argument.
     """
-    if (not batch_sizes or not contexts or min(batch_sizes) < 1 or min(contexts) < 1 or rounds < 1 or repeats < 1
-            or threads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads):
-        raise ValueError(f"need batch sizes, contexts, rounds, repeats, threads ≥ 1 and num_heads a multiple of "
-                         f"num_kv_heads; got {batch_sizes}, {contexts}, {rounds}, {repeats}, {threads}, "
-                         f"{num_heads}/{num_kv_heads}")
+    for name, values in (("batch_sizes", batch_sizes), ("contexts", contexts)):
+        if not values or min(values) < 1:
+            raise ValueError(f"{name} must be one or more values ≥ 1, got {tuple(values)}")
+    for name, value in (("rounds", rounds), ("repeats", repeats), ("threads", threads), ("num_kv_heads", num_kv_heads),
+                        ("num_heads", num_heads), ("head_size", head_size)):
+        if value < 1:
+            raise ValueError(f"{name} must be ≥ 1, got {value}")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads}): each KV head "
+                         "serves a whole group of query heads (GQA)")
     if not mixes or set(mixes) - {"uniform", "mixed"}:
         raise ValueError(f"mixes must be 'uniform' and / or 'mixed', got {mixes}")
     if not dtypes or set(dtypes) - set(_DTYPES):
