@@ -125,3 +125,26 @@ def served_both(monkeypatch, trace, make_manager, cost, **kw):
         manager.check_invariants()
         out.append((summary(result), used, manager))
     return tuple(out)
+
+
+def sharing_case(system: str, block_size: int, load: str, *, requests: tuple[int, int], rates: tuple[float, float],
+                 seed: int, paged_slots_16: int):
+    """A Fig. 15 recording case for the calendars' equality tests: ``(trace, KV slots, cost model)``.
+
+    ``load`` "light" (``requests[0]`` at ``rates[0]`` req/s, room for everything) or "overloaded"
+    (``requests[1]`` at ``rates[1]``, slots that make the scheduler preempt: ``paged_slots_16`` at blocks of
+    16 tokens, 1,024 at 1, 4,096 at 64; 16,384 for a contiguous system). Prompts ≤ 150, outputs ≤ 100 tokens.
+    """
+    from paged.sim.cost_model import get_cost_model
+
+    light = load == "light"
+    trace = synthetic_trace(requests[0] if light else requests[1], rates[0] if light else rates[1], seed=seed,
+                            max_prompt=150, max_output=100)
+    if light:
+        slots = 1 << 16
+    elif system == "paged":
+        slots = 1024 if block_size == 1 else paged_slots_16 if block_size == 16 else 4096
+    else:
+        slots = 1 << 14
+    cost = get_cost_model("opt-13b", block_size=block_size if system == "paged" else 16, paged_kernel=system == "paged")
+    return trace, slots, cost

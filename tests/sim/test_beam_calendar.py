@@ -8,7 +8,7 @@ match the paged manager's own steps, and it is used only where it applies."""
 import random
 
 import pytest
-from support import served_both, synthetic_trace
+from support import served_both, sharing_case, synthetic_trace
 
 from paged.block.manager import PagedKVCacheManager
 from paged.contiguous import ContiguousKVCacheManager
@@ -180,13 +180,8 @@ def _sharing_recorded(fields):
 def test_records_sharing_as_the_step_by_step_loop(monkeypatch, system, block_size, preemption, width, load):
     """Fig. 15's counts at every iteration (prefills, the timeline's decodes, beam steps freeing blocks,
     preemption, swapped groups) and every other result field, bit-identical with ``record_sharing``."""
-    trace = synthetic_trace(30 if load == "light" else 20, 20.0 if load == "light" else 60.0, seed=width,
-                            max_prompt=150, max_output=100)
-    if system == "paged":
-        slots = 1 << 16 if load == "light" else (1024 if block_size == 1 else 1792 if block_size == 16 else 4096)
-    else:
-        slots = 1 << 16 if load == "light" else 1 << 14
-    cost = get_cost_model("opt-13b", block_size=block_size if system == "paged" else 16, paged_kernel=system == "paged")
+    trace, slots, cost = sharing_case(system, block_size, load, requests=(30, 20), rates=(20.0, 60.0), seed=width,
+                                      paged_slots_16=1792)
     fast, ref = served_both(monkeypatch, trace, lambda: _manager(system, block_size, slots), cost,
                             preemption_mode=preemption, beam_width=width, max_num_batched_tokens=4096,
                             record_sharing=True)

@@ -20,7 +20,7 @@ from paged.block.manager import PagedKVCacheManager
 from paged.contiguous import ContiguousKVCacheManager
 from paged.sim.cost_model import get_cost_model
 from paged.workloads import get_trace
-from support import served_both, synthetic_trace
+from support import served_both, sharing_case, synthetic_trace
 
 _FIELDS = ("num_iterations", "duration", "batched_requests_sum", "num_preemptions", "num_prefill_iterations",
            "prefill_batched_requests_sum", "prefill_tokens", "recomputed_tokens", "busy_seconds",
@@ -241,13 +241,8 @@ def test_parallel_samples_record_sharing_as_the_step_by_step_loop(monkeypatch, s
                                                                   load):
     """Fig. 15's counts at every iteration (prefills, runs of decodes, the first copies on write, preempting
     decodes, swapped groups) and every other result field, bit-identical with ``record_sharing``."""
-    trace = synthetic_trace(40 if load == "light" else 30, 20.0 if load == "light" else 80.0, seed=width,
-                            max_prompt=150, max_output=100)
-    if system == "paged":
-        slots = 1 << 16 if load == "light" else (1024 if block_size == 1 else 1536 if block_size == 16 else 4096)
-    else:
-        slots = 1 << 16 if load == "light" else 1 << 14
-    cost = get_cost_model("opt-13b", block_size=block_size if system == "paged" else 16, paged_kernel=system == "paged")
+    trace, slots, cost = sharing_case(system, block_size, load, requests=(40, 30), rates=(20.0, 80.0), seed=width,
+                                      paged_slots_16=1536)
     fast, ref = served_both(monkeypatch, trace, lambda: _manager(system, block_size, slots), cost,
                             preemption_mode=preemption, n=width, max_num_batched_tokens=4096, record_sharing=True)
     assert fast[1] == ["CalendarServingLoop"] and ref[1] == []
