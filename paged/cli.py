@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "path to a Hugging Face config.json")
     sim.add_argument("--gpu", default=None, help="a100-40gb | a100-80gb | h100-sxm | h200 | l4 (required for a "
                                                  "model outside Table 1)")
-    sim.add_argument("--tp", type=positive_int, default=None, help="tensor-parallel GPUs (default 1 with --gpu)")
+    sim.add_argument("--tp", type=positive_int, default=None, help="tensor-parallel GPUs (needs --gpu; default 1)")
     sim.add_argument("--max-seq-len", type=positive_int, default=None,
                      help="longest sequence served (tokens; default the model's max_position_embeddings)")
     sim.add_argument("--trace", default="sharegpt",

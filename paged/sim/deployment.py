@@ -137,7 +137,11 @@ def get_deployment(model: str | os.PathLike | ModelSpec, gpu: str | None = None,
                 raise ValueError(f"{what} given twice: {given!r} and {named!r} in the deployment name")
         gpu, tp, max_seq_len = gpu or named_gpu, tp if tp is not None else named_tp, max_seq_len or named_len
     if gpu is None:
-        if tp is not None or max_seq_len is not None or not isinstance(model, str):
+        if tp is not None or max_seq_len is not None:
+            given = "tp" if tp is not None else "max_seq_len"
+            raise ValueError(f"{given} sets up a server of your own: name its gpu too (one of a100-40gb, a100-80gb, "
+                             "h100-sxm, h200, l4); without a gpu a Table 1 model runs on the paper's server")
+        if not isinstance(model, str):
             raise ValueError("name a gpu for a model outside Table 1's servers (one of a100-40gb, a100-80gb, "
                              "h100-sxm, h200, l4)")
         try:

@@ -80,6 +80,8 @@ def test_a_model_that_cannot_fit_is_refused_by_name_and_bytes():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(model="llama-3.1-8b"), "has no Table 1 server: name a gpu"),
+    (dict(model="opt-13b", tp=2), "tp sets up a server of your own: name its gpu"),
+    (dict(model="opt-13b", max_seq_len=1024), "max_seq_len sets up a server of your own: name its gpu"),
     (dict(model="llama-3.1-8b", gpu="b200"), "unknown GPU 'b200'"),
     (dict(model="qwen2.5-7b", gpu="h100-sxm", tp=8), "tp=8 does not divide qwen2.5-7b's 28 query heads and 4 KV"),
     (dict(model="llama-3.1-8b", gpu="h100-sxm", tp=0), "tp must be an integer ≥ 1"),
