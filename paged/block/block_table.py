@@ -238,8 +238,9 @@ class BlockTable:
             if not strict:
                 return None
             raise OutOfBlocksError(
-                f"appending {num_tokens} tokens needs {needed} free blocks, "
-                f"{allocator.num_free_blocks} are free"
+                f"appending {num_tokens} token{'s' * (num_tokens != 1)} needs {needed} free "
+                f"block{'s' * (needed != 1)}, {allocator.num_free_blocks} "
+                f"{'is' if allocator.num_free_blocks == 1 else 'are'} free"
             )
         copies: list[tuple[int, int]] = []
         if cow:
