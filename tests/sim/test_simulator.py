@@ -229,3 +229,47 @@ def test_beam_copies_are_charged_contiguous_whole_kv_paged_cow_blocks():
     manager = ContiguousKVCacheManager(1 << 14, "oracle")
     run = simulate(trace, manager, lambda out: 0.01, beam_width=4, record_memory=False)
     assert run.kv_copy_tokens == orca.kv_copy_tokens and run.kv_copy_seconds == 0.0  # the lambda prices no copy
+
+
+@pytest.mark.parametrize("bad", [-0.01, float("nan"), float("inf")])
+def test_a_time_model_giving_an_impossible_time_is_refused_naming_it(bad, monkeypatch):
+    """A negative, NaN or infinite iteration time stops the run with an error naming the time model and the
+    iteration, on the reference path and on the fast path (where a run of decode iterations adds its times
+    at once), and the manager gets every block back."""
+    from dataclasses import dataclass
+
+    from paged.sim.cost_model import CostModel
+    from paged.sim.executor import InvalidTimeError
+
+    calls = [0]
+
+    def constant(outputs):  # a bare callable: the reference loop
+        calls[0] += 1
+        return bad if calls[0] == 5 else 0.01
+
+    trace = synthetic(30, rate=20.0, seed=3)
+    manager = managed("paged", 512, 16)
+    with pytest.raises(InvalidTimeError, match=r"gave .* s for iteration 5: an iteration's time must be a finite"):
+        simulate(trace, manager, constant, record_memory=False)
+    assert manager.num_used_slots == 0
+
+    @dataclass(frozen=True, slots=True)
+    class Broken(CostModel):  # a cost model whose decode steps go wrong after a while
+        def decode_time(self, num_seqs, context_tokens):
+            return bad if context_tokens > 2000 else CostModel.decode_time(self, num_seqs, context_tokens)
+
+        def decode_time_of(self, num_seqs):
+            return lambda context: self.decode_time(num_seqs, context)
+
+    cost = get_cost_model("opt-13b", block_size=16)
+    broken = Broken(cost.model, cost.server, 16)
+    for on in (True, False):
+        monkeypatch.setattr(fast, "_ENABLED", on)
+        manager = managed("paged", cost.num_kv_blocks, 16)
+        with pytest.raises(InvalidTimeError, match="the time model Broken of opt-13b gave"):
+            simulate(trace, manager, broken, record_memory=on)  # on: the fast-forward; off: the reference
+        assert manager.num_used_slots == 0
+        manager = managed("paged", cost.num_kv_blocks, 16)
+        with pytest.raises(InvalidTimeError, match="the time model Broken of opt-13b gave"):
+            simulate(trace, manager, broken, record_memory=False)  # on: the decode calendar
+        assert manager.num_used_slots == 0
