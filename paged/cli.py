@@ -130,10 +130,10 @@ def _simulate(args: argparse.Namespace) -> int:
         raise ValueError("--n and --beam-width cannot both be above 1 (parallel sampling or beam search)")
     model = args.model
     if args.gpu is not None or args.tp is not None or args.max_seq_len is not None:
-        from paged.sim.cost_model import get_cost_model
+        from paged.sim.deployment import get_deployment
 
         # the deployment's name (model@TPxGPU:MAXLEN) carries the server to every layer below
-        model = get_cost_model(model, gpu=args.gpu, tp=args.tp, max_seq_len=args.max_seq_len).model.name
+        model = get_deployment(model, args.gpu, args.tp, args.max_seq_len).model.name
     if args.paper_length:
         num_requests = None  # simulate_point's paper-length run
     elif args.num_requests is None:  # "all": every request of the trace, sampled in its order

@@ -95,40 +95,41 @@ def system_names(*, executor: str | None = None, manager: bool | None = None) ->
                  and (manager is None or s.has_kv_cache_manager == manager))
 
 
-def make_kv_manager(system: str, num_slots: int, *, block_size: int = 16, max_seq_len: int = 2048,
-                    num_cpu_blocks: int = 0, watermark: float = 0.01,
-                    contiguous_block_size: int = 1, enable_prefix_caching: bool = False) -> KVCacheManager:
-    """A fresh KV cache manager for ``system`` over ``num_slots`` token slots.
+def make_kv_manager(system: str, num_blocks: int, block_size: int, *, max_seq_len: int = 2048,
+                    num_cpu_blocks: int = 0, watermark: float = 0.01, contiguous_block_size: int = 1,
+                    enable_prefix_caching: bool = False, classes: tuple[type, type] | None = None) -> KVCacheManager:
+    """A fresh KV cache manager for ``system`` over ``num_blocks`` blocks of ``block_size`` tokens.
 
     Args:
         system: a name from :data:`SYSTEMS` with a KV cache manager (paged or Orca).
-        num_slots: KV cache capacity (tokens); the paged manager gets ``num_slots // block_size``
-            blocks, a contiguous one the slots rounded down to whole ``contiguous_block_size`` blocks.
-        block_size: tokens per block of the paged manager.
+        num_blocks: KV cache capacity (blocks of ``block_size`` tokens): the paged manager's blocks; a
+            contiguous manager gets their slots rounded down to whole ``contiguous_block_size`` blocks.
+        block_size: tokens per block (tokens).
         max_seq_len: the model's maximum sequence length (tokens), Orca (Max)'s reservation.
         num_cpu_blocks: paged only: CPU swap space (blocks, §4.5); 0 disables swapping.
         watermark: paged only: fraction of blocks kept free when admitting new requests.
-        contiguous_block_size: Orca only: reservations are whole blocks of this many slots. The
-            paper's Orca reserves single slots (1, the simulator's default); the real engine passes
-            its kernel's block size, so that it reads a reservation as consecutive blocks.
+        contiguous_block_size: Orca only: reservations are whole blocks of this many slots. The paper's
+            Orca reserves single slots (1, the simulator's); the real engine passes its kernel's block
+            size, so that it reads a reservation as consecutive blocks.
         enable_prefix_caching: paged only: automatic prefix caching (:mod:`paged.block.prefix_caching`);
             a contiguous system cannot share, so asking for it there is an error.
-
-    Returns:
-        A :class:`~paged.block.PagedKVCacheManager` or :class:`~paged.contiguous.ContiguousKVCacheManager`.
+        classes: ``(paged class, contiguous class)`` to build, subclasses of
+            :class:`~paged.block.PagedKVCacheManager` and :class:`~paged.contiguous.ContiguousKVCacheManager`
+            (the simulator's fast path, :mod:`paged.sim.fast`); None: those two.
 
     Raises:
-        ValueError: for an unknown system, one without a KV cache manager, bad sizes, or prefix
-            caching asked of a contiguous system.
+        ValueError: for an unknown system, one without a KV cache manager, bad sizes, or prefix caching
+            asked of a contiguous system.
     """
     spec = get_system(system)
+    paged_class, contiguous_class = classes or (PagedKVCacheManager, ContiguousKVCacheManager)
     if not spec.has_kv_cache_manager:
         raise ValueError(f"system {system!r} ({spec.label}) has no KV cache manager: it batches whole requests")
     if spec.kv_cache == "paged":
-        return PagedKVCacheManager(num_slots // block_size, block_size, num_cpu_blocks=num_cpu_blocks,
-                                   watermark=watermark, enable_prefix_caching=enable_prefix_caching)
+        return paged_class(num_blocks, block_size, num_cpu_blocks=num_cpu_blocks, watermark=watermark,
+                           enable_prefix_caching=enable_prefix_caching)
     if enable_prefix_caching:
         raise ValueError(f"system {system!r} ({spec.label}) keeps one contiguous reservation per sequence: it "
                          "cannot share blocks, so it has no prefix caching")
-    return ContiguousKVCacheManager(num_slots // contiguous_block_size * contiguous_block_size, spec.reservation,
-                                    max_seq_len=max_seq_len, block_size=contiguous_block_size)
+    slots = num_blocks * block_size // contiguous_block_size * contiguous_block_size
+    return contiguous_class(slots, spec.reservation, max_seq_len=max_seq_len, block_size=contiguous_block_size)

@@ -85,18 +85,28 @@ def synthetic_trace(n: int = 120, rate: float = 8.0, seed: int = 1, max_prompt: 
     return reqs
 
 
-def served_both(monkeypatch, trace, make_manager, cost, **kw):
+#: Result fields left out of the summaries compared exactly: the groups (summarised apart) and the sums of
+#: busy seconds (compared to 1e-12).
+SUMMED = ("groups", "busy_seconds", "batched_requests_seconds")
+
+
+def served_both(trace, make_manager, cost, **kw):
     """Serve ``trace`` twice with :func:`paged.sim.simulator.simulate` (keywords ``kw``) on fresh managers from
-    ``make_manager()``: as the simulator chooses (a decode or beam calendar where one applies) and with every
-    calendar refused (the step-by-step loop, the reference). Returns ``(chosen, reference)``, each
-    ``(summary, loop class names used, manager)``: the summary holds every :class:`ServingResult` field but the
-    groups, and per request its times, preemptions, cached tokens and its sequences' generated tokens."""
+    ``make_manager()`` (which builds through :func:`paged.sim.fast.make_kv_manager`): with the fast path on
+    (the loop the simulator picks: a calendar where one applies) and switched off (the reference).
+    Returns ``(fast, reference)``, each ``(summary, calendar class names used, manager)``: the summary holds
+    every :class:`ServingResult` field but the groups and the busy-time sums (checked here to 1e-12: the
+    fast path adds a run of decode iterations' seconds at once, the reference one iteration at a time), and
+    per request its times, preemptions, cached tokens and its sequences' generated tokens."""
     import dataclasses
 
-    import paged.sim.simulator as simulator
+    import pytest
+
+    from paged.sim import fast
+    from paged.sim.simulator import simulate
 
     def summary(result):
-        fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result) if f.name != "groups"}
+        fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result) if f.name not in SUMMED}
         groups = [(g.request_id, g.arrival_time, g.first_scheduled_time, g.first_token_time, g.finished_time,
                    g.num_preemptions, g.num_cached_tokens, len(g.seqs), sorted(s.num_generated for s in g.seqs))
                   for g in result.groups]
@@ -111,20 +121,30 @@ def served_both(monkeypatch, trace, make_manager, cost, **kw):
                 super().__init__(*args, **kwargs)
         return Spy
 
-    out = []
+    out, sums = [], []
     for reference in (False, True):
         used = []
-        with monkeypatch.context() as patch:
+        with pytest.MonkeyPatch.context() as patch:
             for name in ("CalendarServingLoop", "BeamCalendarServingLoop"):
-                patch.setattr(simulator, name, spy(getattr(simulator, name), used))
+                patch.setattr(fast, name, spy(getattr(fast, name), used))
             if reference:
-                patch.setattr(simulator, "applies", lambda *a, **k: False)
-                patch.setattr(simulator, "beam_applies", lambda *a, **k: False)
+                patch.setattr(fast, "_ENABLED", False)
             manager = make_manager()
-            result = simulator.simulate(trace, manager, cost, record_memory=False, **kw)
+            assert fast.is_fast(manager) != reference
+            result = simulate(trace, manager, cost, record_memory=False, **kw)
         manager.check_invariants()
         out.append((summary(result), used, manager))
+        sums.append([getattr(result, name) for name in SUMMED[1:]])
+    assert sums[0] == pytest.approx(sums[1], rel=1e-12)
     return tuple(out)
+
+
+def managed(system: str, num_blocks: int, block_size: int, **kwargs):
+    """A fresh KV cache manager as the simulator builds one (:func:`paged.sim.fast.make_kv_manager`: the
+    fast one while the switch is on)."""
+    from paged.sim import fast
+
+    return fast.make_kv_manager(system, num_blocks, block_size, **kwargs)
 
 
 def sharing_case(system: str, block_size: int, load: str, *, requests: tuple[int, int], rates: tuple[float, float],
@@ -146,5 +166,5 @@ def sharing_case(system: str, block_size: int, load: str, *, requests: tuple[int
         slots = 1024 if block_size == 1 else paged_slots_16 if block_size == 16 else 4096
     else:
         slots = 1 << 14
-    cost = get_cost_model("opt-13b", block_size=block_size if system == "paged" else 16, paged_kernel=system == "paged")
+    cost = get_cost_model("opt-13b", block_size=block_size, paged_kernel=system == "paged")
     return trace, slots, cost

@@ -1,4 +1,6 @@
-"""The package's shape: the paper's layers, imports that point one way, no cycles (DESIGN.md).
+"""The package's shape: the paper's layers, imports that point one way, no cycles, the paper's mechanisms
+apart from the simulator's fast path, and no reads of another object's private attributes
+(docs/architecture.md).
 
 Every ``import`` and ``from ... import`` of every module under ``paged/`` is read with ``ast`` (module
 level, inside functions and under ``TYPE_CHECKING`` alike: a lazy import is still a dependency), and
@@ -160,3 +162,64 @@ def test_the_simulator_path_imports_neither_torch_nor_transformers():
         parts = module.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # parent packages run first
     assert not third_party & heavy, sorted(third_party & heavy)
+
+
+def _private_names_defined_here() -> set[str]:
+    """Names starting with one underscore that the package itself defines: methods, class attributes and
+    ``__slots__``, attributes set on ``self`` or ``cls``, and module-level functions, classes and constants
+    (not an attribute set on a third-party object)."""
+    names = set()
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__"
+                                                      for t in node.targets):
+                names.update(e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant)
+                             and isinstance(e.value, str))
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def test_no_module_reads_another_objects_private_attribute():
+    """``obj._name`` of a name the package defines is read or set only on ``self`` / ``cls`` (a subclass's own
+    inherited state included) or through ``super()``: a class's private fields are its own business, so a
+    reader of one class never has to know another's insides. Third-party privates (e.g. transformers'
+    ``config._attn_implementation``) are not the package's to rename."""
+    private = _private_names_defined_here()
+    found = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Attribute) and node.attr in private):
+                continue
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
+                continue
+            found.append(f"{module}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "reads of another object's private attribute:\n" + "\n".join(found)
+
+
+def test_the_papers_mechanisms_never_import_the_fast_path():
+    """paged/block/ and paged/core/ are the reference (§4): the simulator's fast path (paged/sim/fast/) builds on
+    them, never the other way, so deleting it changes nothing they do."""
+    for module, targets in GRAPH.items():
+        if module.startswith(("paged.block", "paged.core", "paged.contiguous", "paged.systems")):
+            bad = sorted(t for t in targets if t.startswith("paged.sim"))
+            assert not bad, f"{module} imports {bad}"
+    users = sorted(m for m, targets in GRAPH.items() if any(t.startswith("paged.sim.fast") for t in targets)
+                   and not m.startswith(("paged.sim.fast", "paged.bench")))  # benchmarks time both paths
+    assert users == ["paged.sim.config", "paged.sim.simulator"], users  # the switch is reached from these alone
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_docstrings_fit_a_screen(module):
+    """A module's opening says what it is and why in a screen (at most 30 lines); measurement logs belong
+    in docs/benchmarks.md."""
+    doc = ast.get_docstring(ast.parse(MODULES[module].read_text()), clean=False) or ""
+    assert doc.count("\n") + 1 <= 30, f"{module}: a {doc.count(chr(10)) + 1}-line module docstring"

@@ -17,21 +17,32 @@ def test_paper_systems_and_labels():
 
 
 def test_the_factory_builds_each_kind():
-    paged = make_kv_manager("paged", 15_728, block_size=16, num_cpu_blocks=8)
+    paged = make_kv_manager("paged", 983, 16, num_cpu_blocks=8)
     assert isinstance(paged, PagedKVCacheManager) and paged.gpu_allocator.num_blocks == 983
     for name in ("orca-oracle", "orca-pow2", "orca-max"):
-        m = make_kv_manager(name, 15_728, max_seq_len=2048)
+        m = make_kv_manager(name, 983, 16, max_seq_len=2048)
         assert isinstance(m, ContiguousKVCacheManager) and m.policy == SYSTEMS[name].reservation
-        assert m.num_total_slots == 15_728 and m.block_size == 1
-    engine_view = make_kv_manager("orca-max", 1000, max_seq_len=256, contiguous_block_size=16)
+        assert m.num_total_slots == 15_728 and m.block_size == 1  # the same slots, reserved one by one
+    engine_view = make_kv_manager("orca-max", 125, 8, max_seq_len=256, contiguous_block_size=16)
     assert engine_view.num_total_slots == 992 and engine_view.block_size == 16
+
+
+def test_the_factory_builds_the_classes_asked_for():
+    class Paged(PagedKVCacheManager):
+        pass
+
+    class Contiguous(ContiguousKVCacheManager):
+        pass
+
+    assert type(make_kv_manager("paged", 8, 4, classes=(Paged, Contiguous))) is Paged
+    assert type(make_kv_manager("orca-pow2", 8, 4, classes=(Paged, Contiguous))) is Contiguous
 
 
 def test_bad_names_and_systems_without_a_manager():
     with pytest.raises(ValueError, match="unknown system 'vllm'.*paged"):
         get_system("vllm")
     with pytest.raises(ValueError, match="no KV cache manager"):
-        make_kv_manager("fastertransformer", 1000)
+        make_kv_manager("fastertransformer", 1000, 16)
 
 
 def test_executor_lists():

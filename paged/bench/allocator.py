@@ -18,11 +18,13 @@ Each group of rows has a bare-Python baseline measured in the same rounds:
   list; and the fork alone (target ≤ 10 µs);
 * **a full prefix-cache hit** on a 128-block prompt (hashing the prompt, finding and taking its
   blocks, then freeing them; µs);
-* **the decode step's append** (:meth:`~paged.block.PagedKVCacheManager.append_slots_in_order`), ns per
-  token at batch 1 and 64, prefix caching off and on (256 decode steps after a 100-token prompt, each
-  step first adding a token to every sequence: its count, and with caching its id): a bare-Python block
-  manager (lists of token counts, tables and free blocks; with caching, the token ids too and a tuple
-  hash of each block that fills) doing the same steps.
+* **the decode step's append**, ns per token at batch 1 and 64, prefix caching off and on (256 decode
+  steps after a 100-token prompt, each step first adding a token to every sequence: its count, and with
+  caching its id): the reference (:class:`~paged.block.PagedKVCacheManager`'s ``can_append_slots`` then
+  ``append_slots`` per group, as the scheduler calls them) and the simulator's fast path (one
+  ``append_slots_in_order`` of :class:`~paged.sim.fast.FastPagedKVCacheManager` per step), beside a
+  bare-Python block manager (lists of token counts, tables and free blocks; with caching, the token ids
+  too and a tuple hash of each block that fills) doing the same steps.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import timeit
 
 from paged.bench import bench_parser
 from paged.block import BlockAllocator, BlockTable, PagedKVCacheManager, PrefixCachingBlockAllocator
+from paged.sim.fast import FastPagedKVCacheManager
 from paged.cli import positive_int, run_command
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
@@ -115,10 +118,11 @@ def _prefix_hit_setup(num_blocks: int, block_size: int = BLOCK_SIZE):
 
 
 # -- the decode step's append ------------------------------------------------------------------
-def _decode_paged(batch: int, caching: bool):
+def _decode_paged(batch: int, caching: bool, fast: bool):
     """A manager with ``batch`` running one-sequence groups after their prefill, and a run of the decode
-    steps: each adds a token to every sequence, then makes room for it."""
-    manager = PagedKVCacheManager(batch * (-(-(DECODE_PROMPT + DECODE_STEPS) // BLOCK_SIZE) + 1), BLOCK_SIZE,
+    steps: each adds a token to every sequence, then makes room for it (``fast``: the fast path's one call
+    per step; else the reference's two calls per group)."""
+    manager = (FastPagedKVCacheManager if fast else PagedKVCacheManager)(batch * (-(-(DECODE_PROMPT + DECODE_STEPS) // BLOCK_SIZE) + 1), BLOCK_SIZE,
                                   watermark=0.0, enable_prefix_caching=caching)
     groups = []
     for i in range(batch):
@@ -128,7 +132,15 @@ def _decode_paged(batch: int, caching: bool):
         group.seqs[0].status = SequenceStatus.RUNNING
         groups.append(group)
     seqs = [group.seqs[0] for group in groups]
-    append = manager.append_slots_in_order
+    if fast:
+        append = manager.append_slots_in_order
+    else:
+        can_append, append_slots = manager.can_append_slots, manager.append_slots
+
+        def append(groups):  # the reference scheduler's decode step, without a preemption to make
+            for group in groups:
+                if can_append(group):
+                    append_slots(group.seqs[0])
 
     def run():  # each step adds a token to every sequence (what Sequence.append_token does), then makes room
         for _ in range(DECODE_STEPS):
@@ -193,7 +205,7 @@ def measure(number: int = 200_000, rounds: int = 7) -> dict:
         ``apc_alloc_free_per_s`` (caching on; pairs/s); ``prompt128_bare_ns``, ``prompt128_off_ns``,
         ``prompt128_on_ns`` (ns per block); ``forkfree128_bare_ns``, ``forkfree128_off_ns``,
         ``forkfree128_on_ns`` (ns per block); ``fork_128_us``, ``prefix_hit_128_us`` (µs);
-        ``decode_b{batch}_{off|on}_{bare|paged}_ns`` (ns per token); plus ``load`` (the 1-minute load
+        ``decode_b{batch}_{off|on}_{bare|reference|fast}_ns`` (ns per token); plus ``load`` (the 1-minute load
         average before and after).
     """
     pool = list(range(1024))
@@ -230,7 +242,9 @@ def measure(number: int = 200_000, rounds: int = 7) -> dict:
             key = f"decode_b{batch}_{'on' if caching else 'off'}"
             per = DECODE_STEPS * batch
             contenders[f"{key}_bare_ns"] = lambda b=batch, c=caching, p=per: _best_of(lambda: _decode_bare(b, c), p)
-            contenders[f"{key}_paged_ns"] = lambda b=batch, c=caching, p=per: _best_of(lambda: _decode_paged(b, c), p)
+            for path in ("reference", "fast"):
+                contenders[f"{key}_{path}_ns"] = lambda b=batch, c=caching, p=per, f=path == "fast": _best_of(
+                    lambda: _decode_paged(b, c, f), p)
     times = _rounds(contenders, rounds)
     for child in forks:
         child.free()
@@ -280,7 +294,8 @@ def _report(args) -> None:
         for caching in ("off", "on"):
             key = f"decode_b{batch}_{caching}"
             rows += ((f"decode append b={batch} caching {caching}: bare", f"{key}_bare_ns", "ns/token", None),
-                     ("  PagedKVCacheManager", f"{key}_paged_ns", "ns/token", None))
+                     ("  PagedKVCacheManager (reference)", f"{key}_reference_ns", "ns/token", None),
+                     ("  FastPagedKVCacheManager (fast path)", f"{key}_fast_ns", "ns/token", None))
     for label, key, unit, target in rows:
         med, lo, hi = r[key]
         note = f"  (target {target[0]}: {'met' if target[1](med) else 'NOT met'})" if target else ""
@@ -292,8 +307,9 @@ def _report(args) -> None:
     for batch in DECODE_BATCHES:
         for caching in ("off", "on"):
             key = f"decode_b{batch}_{caching}"
-            print(_ratio_line(f"decode append b={batch} caching {caching}, paged / bare", r,
-                              f"{key}_paged_ns", f"{key}_bare_ns"))
+            for path in ("reference", "fast"):
+                print(_ratio_line(f"decode append b={batch} caching {caching}, {path} / bare", r,
+                                  f"{key}_{path}_ns", f"{key}_bare_ns"))
     print("\nvLLM V1's prefix-caching design, and this allocator:")
     for part, vllm, ours in VLLM_V1_DESIGN:
         print(f"- {part}: vLLM V1: {vllm}.\n  here: {ours}.")

@@ -1,36 +1,26 @@
 """Simulator speed against a baseline commit: the same measurements, interleaved, in fresh processes.
 
 Run: ``python -m paged.bench.sim [--base REF] [--rounds 5]`` (``make bench-sim [BASE=REF]``). The
-baseline's ``paged/`` package is exported from git (``git archive REF paged``) into a temporary
-directory; every round runs one process per side, baseline and this checkout alternately, each
-importing its own ``paged`` (the process prints which), so a busy machine slows both alike. Each
-process measures:
+baseline's ``paged/`` is exported from git into a temporary directory; every round runs one process per
+side, alternately, each importing its own ``paged``, so a busy machine slows both alike. Each measures:
 
-* ``sharegpt_point_s``: one 1,000-request ShareGPT point per system (Fig. 12's five, OPT-13B,
-  2 requests/s: Fig. 13's rate), summed; ``paged_point_s``: the paged one alone (target ≤ 2 s);
-* ``stepwise_paged_point_s``: the paged point stepped one iteration at a time (``fast_forward=False``);
-* ``alpaca_knee_s``: 10 minutes of Alpaca arrivals at paged's knee (OPT-13B, 45 requests/s, about
-  27,000 requests), the regime that costs the most in notebook 03: a request arrives every iteration
-  or two and the cache is full, so nearly every decode is followed by a prefill or preempts;
-* ``token_steps_per_s``: token-steps (one sequence advanced by one token in one iteration) of the
-  ShareGPT points per second of their wall time (target ≥ 1,000,000);
-* sequence groups at paper length (notebook 02's runs: :func:`paged.experiments.serving.simulate_point`
-  with ``duration_scale=1`` and the searches' latency cap of 0.5 s/token, Alpaca on OPT-13B):
-  ``beam6_paged_point_s`` (beam search of width 6, paged, 9.9 requests/s: past its knee, stopped by the
-  cap), ``beam6_oracle_point_s`` (the same on Orca (Oracle), 6 requests/s), ``n6_paged_point_s`` (6
-  parallel samples, paged, 5 requests/s); Fig. 16's WMT16 5-shot prefix on LLaMA-13B at 25 requests/s,
-  ``prefix_point_s`` (paged, a provider-reserved prefix) and ``prefix_caching_point_s`` (paged, automatic
-  prefix caching);
-* Fig. 15's runs, which record the KV blocks held with and without sharing at every iteration
-  (``record_sharing=True``; notebook 02's ``memory_saving``, Alpaca at 4 requests/s on OPT-13B, the full
-  hour): ``sharing_beam6_point_s`` (beam search of width 6) and ``sharing_n6_point_s`` (6 parallel samples).
+* ``sharegpt_point_s``: a 1,000-request ShareGPT point per system (Fig. 12's five, OPT-13B, 2 req/s),
+  summed; ``paged_point_s``: the paged one (target ≤ 2 s); ``token_steps_per_s``: their token-steps
+  per second of wall time (target ≥ 1,000,000);
+* ``stepwise_paged_point_s``: the paged point one iteration at a time: the reference path
+  (:mod:`paged.sim.fast` switched off; a baseline without that switch: its loop without fast-forward);
+* ``alpaca_knee_s``: 10 minutes of Alpaca at paged's knee (45 req/s), where a request arrives every
+  iteration or two and nearly every decode is followed by a prefill or preempts;
+* notebook 02's paper-length sequence-group points (latency cap 0.5 s/token): beam search of width 6 on
+  paged (9.9 req/s) and Orca (Oracle) (6 req/s), 6 parallel samples (5 req/s), Fig. 16's WMT16 5-shot
+  prefix on LLaMA-13B at 25 req/s, reserved and found by prefix caching;
+* Fig. 15's runs recording the blocks held with and without sharing at every iteration (Alpaca at
+  4 req/s, the full hour): beam width 6 and 6 samples.
 
-Printed: per measurement the median over rounds and the spread (min–max) on each side, the speed-up
-of the medians (baseline ÷ this checkout for seconds, this ÷ baseline for token-steps/s; above 1: this
-checkout is faster) and the spread of the same ratio within each round (the two sides back to back);
-``uptime`` before and after. Only the public interface both sides have is used
-(:func:`paged.experiments.serving.run_system`, :func:`paged.experiments.serving.simulate_point`,
-:func:`paged.sim.simulator.simulate`, :func:`paged.experiments.serving.run_length.long_trace`).
+Printed: per measurement the median over rounds and the spread on each side, the speed-up of the
+medians (above 1: this checkout is faster) and the same ratio within each round; ``uptime`` before and
+after. Only names both sides have are used (``simulate_point``, ``simulate``, ``long_trace``), and each
+side's way to serve one trace (:class:`paged.sim.config.ServingConfig`, or a baseline's ``run_system``).
 """
 
 from __future__ import annotations
@@ -49,39 +39,57 @@ from paged.cli import positive_float, positive_int, run_command
 __all__ = ["measure", "main", "export_package"]
 
 #: What each measuring process runs (the same source against either side's ``paged``).
-_WORKER = r'''
+_WORKER = r"""
 import json, sys, time
 import paged
-from paged.experiments.serving import SYSTEMS, cost_model_for, run_system, simulate_point
+from paged.experiments.serving import SYSTEMS, simulate_point
 from paged.experiments.serving.run_length import long_trace
 from paged.sim.simulator import simulate
-from paged.systems import make_kv_manager
 from paged.workloads import get_trace
+try:  # this checkout: one settings object; the reference path is the fast path switched off
+    from paged.sim import fast
+    from paged.sim.config import ServingConfig
+
+    def serve(trace, system):
+        return ServingConfig(model="opt-13b", system=system).serve(trace)
+
+    def stepwise(trace):
+        with fast.disabled():
+            config = ServingConfig(model="opt-13b", system="paged")
+            simulate(trace, config.kv_manager(), config.cost_model(), record_memory=False,
+                     **config.scheduler_settings())
+except ImportError:  # a baseline before it: its own names
+    from paged.experiments.serving import cost_model_for, run_system
+    from paged.systems import make_kv_manager
+
+    def serve(trace, system):
+        return run_system(trace, system, cost_model_for("opt-13b", system, 16))
+
+    def stepwise(trace):
+        cost = cost_model_for("opt-13b", "paged", 16)
+        simulate(trace, make_kv_manager("paged", cost.num_kv_slots), cost, record_memory=False, fast_forward=False)
 
 num_requests, rate, seed = json.loads(sys.argv[1])
 trace = get_trace("sharegpt", num_requests, seed=seed, rate=rate)
 knee = long_trace("alpaca-bare", 45.0, 600.0, seed)
-for system in SYSTEMS:  # the model presets and traces load outside the timings
-    cost_model_for("opt-13b", system, 16)
+serve(trace[:2], "paged")  # the model presets and traces load outside the timings
 out = {"paged": paged.__file__}
 steps = wall = 0.0
 for system in SYSTEMS:
-    cost = cost_model_for("opt-13b", system, 16)
     start = time.perf_counter()
-    result = run_system(trace, system, cost)
+    result = serve(trace, system)
     seconds = time.perf_counter() - start
     steps += result.batched_requests_sum
     wall += seconds
     if system == "paged":
         out["paged_point_s"] = seconds
-        manager = make_kv_manager("paged", cost.num_kv_slots)
         start = time.perf_counter()
-        simulate(trace, manager, cost, record_memory=False, fast_forward=False)
+        stepwise(trace)
         out["stepwise_paged_point_s"] = time.perf_counter() - start
 out["sharegpt_point_s"] = wall
 out["token_steps_per_s"] = steps / wall
 start = time.perf_counter()
-run_system(knee, "paged", cost_model_for("opt-13b", "paged", 16))
+serve(knee, "paged")
 out["alpaca_knee_s"] = time.perf_counter() - start
 groups = {"beam6_paged_point_s": dict(system="paged", rate=9.9, beam_width=6),
           "beam6_oracle_point_s": dict(system="orca-oracle", rate=6.0, beam_width=6),
@@ -101,7 +109,7 @@ for key, point in {"sharing_beam6_point_s": dict(beam_width=6), "sharing_n6_poin
                    **point)
     out[key] = time.perf_counter() - start
 print(json.dumps(out))
-'''
+"""
 
 #: Measurements where smaller is better (seconds); the others are rates.
 _SECONDS = ("paged_point_s", "sharegpt_point_s", "stepwise_paged_point_s", "alpaca_knee_s", "beam6_paged_point_s",

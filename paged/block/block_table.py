@@ -1,11 +1,12 @@
 """One sequence's block table: logical blocks → physical blocks (paper §4.2–§4.4).
 
-Logical block ``i`` of a sequence holds its tokens ``i*block_size .. (i+1)*block_size-1``;
-``physical_blocks[i]`` says where in the KV cache they live. Blocks are allocated on demand,
-one whenever a token crosses a block boundary, so a sequence wastes at most the unfilled tail
-of its last block (§4.3). ``fork`` shares every block with a child (§4.4); a table that is about
-to write into a shared last block first takes a private copy (copy-on-write) and returns the
-``(src, dst)`` pair so the caller can copy the KV data in one batched step (§5.1).
+Logical block ``i`` of a sequence holds its tokens ``i*block_size .. (i+1)*block_size-1``, and
+``physical_blocks[i]`` says where in the KV cache they live. A block is allocated only when a token
+crosses a block boundary, so a sequence wastes at most the unfilled tail of its last block (§4.3).
+``fork`` shares every block with a child (§4.4). Only the last block is ever written; when it is shared
+and partly filled, the next append first gives this table a private copy (copy-on-write, decided in
+:mod:`paged.block.copy_on_write`) and returns the ``(src, dst)`` pair, so the caller copies the KV data
+in one batched step (§5.1).
 """
 
 from __future__ import annotations
@@ -22,67 +23,32 @@ class BlockTable:
 
     Args:
         allocator: the :class:`BlockAllocator` whose blocks this table holds.
-
-    The table starts empty (no tokens, no blocks).
+        blocks: physical blocks in logical order, one reference to each of which the caller holds and
+            hands over to the table (its :meth:`free` drops them): a swapped sequence's new blocks
+            (§4.5), a planned prefill's; empty (the default) for a new sequence. Copied.
+        num_tokens: tokens those blocks hold (tokens); they must need exactly ``len(blocks)`` blocks.
 
     Raises:
-        TypeError: if ``allocator`` is not a :class:`BlockAllocator`.
+        TypeError: if ``allocator`` is not a :class:`BlockAllocator`, or a count or id is not an integer.
+        ValueError: if ``num_tokens`` does not need exactly ``len(blocks)`` blocks, or a block is free or
+            out of range. O(blocks).
     """
 
-    # _capacity is len(_blocks) * block_size (token slots held), _last is _blocks[-1] (None while
-    # empty); _counts is the allocator's list of reference counts, read (never written) by the decode
-    # step's fast path to see that the last block is private. That fast path (grow_to's first test)
-    # is also inlined in PagedKVCacheManager.append_slots_in_order and _append_group, the one reader
-    # of these fields outside this class (the latter also calls _grow).
-    __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens", "_capacity", "_last", "_counts")
+    __slots__ = ("_allocator", "_blocks", "_num_tokens")
 
-    def __init__(self, allocator: BlockAllocator) -> None:
+    def __init__(self, allocator: BlockAllocator, blocks=(), num_tokens: int = 0) -> None:
         if not isinstance(allocator, BlockAllocator):
             raise TypeError(f"BlockTable needs a BlockAllocator, got {type(allocator).__name__}")
-        self._allocator = allocator
-        self._block_size = allocator.block_size
-        self._counts = allocator._ref_counts
-        self._blocks: list[int] = []
-        self._num_tokens = 0
-        self._capacity = 0
-        self._last = None
-
-    @classmethod
-    def _over(cls, allocator: BlockAllocator, blocks: list[int], num_tokens: int) -> BlockTable:
-        """A table over ``blocks`` (owned, not copied) holding ``num_tokens`` tokens, unchecked. O(1)."""
-        table = cls.__new__(cls)
-        table._allocator = allocator
-        table._block_size = block_size = allocator.block_size
-        table._counts = allocator._ref_counts
-        table._blocks = blocks
-        table._num_tokens = num_tokens
-        table._capacity = len(blocks) * block_size
-        table._last = blocks[-1] if blocks else None
-        return table
-
-    @classmethod
-    def from_blocks(cls, allocator: BlockAllocator, blocks: list[int], num_tokens: int) -> BlockTable:
-        """A table over ``blocks`` that the caller already holds one reference to each of.
-
-        Used when blocks move between allocators (swap, §4.5). Takes ownership: the table's
-        :meth:`free` drops those references.
-
-        Raises:
-            ValueError: if ``num_tokens`` does not need exactly ``len(blocks)`` blocks, or a block
-                id is out of range or free (the caller must hold a reference to each).
-        """
         num_tokens = as_int(num_tokens, "a token count")
-        counts = allocator._ref_counts
-        if blocks and (min(blocks) < 0 or max(blocks) >= len(counts) or 0 in map(counts.__getitem__, blocks)):
-            for block_id in blocks:  # the precise error: out of range (ref_count raises) or free
-                if allocator.ref_count(block_id) == 0:
-                    raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
-        if -(-num_tokens // allocator.block_size) != len(blocks):
-            raise ValueError(
-                f"{num_tokens} tokens need {-(-num_tokens // allocator.block_size)} blocks "
-                f"of {allocator.block_size}, got {len(blocks)}"
-            )
-        return cls._over(allocator, list(blocks), num_tokens)
+        for block_id in blocks:
+            if allocator.ref_count(block_id) == 0:
+                raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
+        needed = -(-num_tokens // allocator.block_size)
+        if needed != len(blocks) or num_tokens < 0:
+            raise ValueError(f"{num_tokens} tokens need {needed} blocks of {allocator.block_size}, got {len(blocks)}")
+        self._allocator = allocator
+        self._blocks: list[int] = list(blocks)
+        self._num_tokens = num_tokens
 
     # -- read-only views --------------------------------------------------------------
     @property
@@ -92,7 +58,7 @@ class BlockTable:
 
     @property
     def physical_blocks(self) -> list[int]:
-        """Physical block id of each logical block, in logical order (a copy)."""
+        """Physical block id of each logical block, in logical order (a copy). O(blocks)."""
         return list(self._blocks)
 
     @property
@@ -102,14 +68,22 @@ class BlockTable:
 
     @property
     def num_blocks(self) -> int:
-        """Logical blocks in the table (blocks) = ceil(num_tokens / block_size)."""
+        """Logical blocks in the table (blocks): ``ceil(num_tokens / block_size)``."""
         return len(self._blocks)
 
-    def num_new_blocks(self, num_tokens: int) -> int:
-        """Free blocks that :meth:`append_tokens` of ``num_tokens`` would take (blocks).
+    @property
+    def last_block(self) -> int | None:
+        """Physical id of the last logical block (the only one ever written), or None if empty."""
+        return self._blocks[-1] if self._blocks else None
 
-        Counts the blocks needed past the current last one, plus one for a copy-on-write
-        of a shared, partly filled last block. O(1).
+    def needs_copy_on_write(self) -> bool:
+        """True if the next token lands in a shared, partly filled last block (§4.4). O(1)."""
+        return bool(self._blocks) and needs_copy(self._num_tokens, self._allocator.block_size,
+                                                 self._allocator.ref_count(self._blocks[-1]))
+
+    def num_new_blocks(self, num_tokens: int) -> int:
+        """Free blocks that :meth:`append_tokens` of ``num_tokens`` takes (blocks): those past the last
+        one, plus one for the copy-on-write of a shared, partly filled last block. O(1).
 
         Raises:
             ValueError: if ``num_tokens`` is negative.
@@ -118,34 +92,18 @@ class BlockTable:
             raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
         if num_tokens == 0:
             return 0
-        blocks = self._blocks
-        if self._num_tokens + num_tokens <= self._capacity and self._counts[blocks[-1]] == 1:
-            return 0  # fast path: fits in the private last block
-        needed = -(-(self._num_tokens + num_tokens) // self._block_size) - len(blocks)
-        if self.needs_copy_on_write():
-            needed += 1
-        return needed
-
-    @property
-    def last_block(self) -> int | None:
-        """Physical id of the last logical block (the only one ever written), or None if empty."""
-        return self._last
-
-    def needs_copy_on_write(self) -> bool:
-        """True if the next token would land in a shared, partly filled last block (§4.4). O(1)."""
-        blocks = self._blocks
-        return bool(blocks) and needs_copy(self._num_tokens, self._block_size, self._allocator.ref_count(blocks[-1]))
+        past_last = -(-(self._num_tokens + num_tokens) // self._allocator.block_size) - len(self._blocks)
+        return past_last + self.needs_copy_on_write()
 
     # -- mutation ---------------------------------------------------------------------
     def append_tokens(self, num_tokens: int) -> list[tuple[int, int]]:
-        """Make room for ``num_tokens`` more tokens (§4.3, copy-on-write §4.4).
+        """Make room for ``num_tokens`` more tokens (§4.3), copying a shared last block first (§4.4).
 
-        A new physical block is allocated only when a block boundary is crossed. If the first
-        new token lands in a last block whose reference count is above 1, a fresh block
-        replaces it in this table, the old block's count drops by one, and ``(src, dst)`` is
-        returned so the caller copies that block's KV data (``PagedKVCache.copy_blocks``).
-
-        All or nothing: if the allocator cannot supply every block needed, nothing changes.
+        A new block is allocated only when a block boundary is crossed. If the first new token lands in
+        a last block other tables share, a fresh block replaces it in this table, the shared block loses
+        this table's reference, and ``(src, dst)`` is returned: the caller copies that block's KV data
+        (``PagedKVCache.copy_blocks``). All or nothing: if the free blocks do not cover the append,
+        nothing changes. O(1) plus the new blocks.
 
         Returns:
             ``[]`` or ``[(src_block, dst_block)]``: the copy-on-write copy to perform.
@@ -153,160 +111,66 @@ class BlockTable:
         Raises:
             ValueError: if ``num_tokens`` is negative.
             TypeError: if ``num_tokens`` is not an integer (a float would corrupt the table).
-            OutOfBlocksError: if there are fewer free blocks than the append needs.
+            OutOfBlocksError: if fewer blocks are free than the append takes.
         """
-        if type(num_tokens) is not int:
-            num_tokens = as_int(num_tokens, "a token count")
-        return self._grow(num_tokens, strict=True)
-
-    def try_grow_to(self, num_tokens: int) -> list[tuple[int, int]] | None:
-        """Room for ``num_tokens`` tokens in all (:meth:`append_tokens` of the difference) if the
-        allocator's free blocks cover what it takes (:meth:`num_new_blocks`), else None and nothing
-        changes: the check and the append of a decode step in one call. O(1) plus the new blocks.
-
-        Raises:
-            ValueError: if ``num_tokens`` is below the tokens the table holds.
-            TypeError: if ``num_tokens`` is not an integer (nothing changes).
-        """
-        if type(num_tokens) is not int:
-            num_tokens = as_int(num_tokens, "a token count")
-        have = self._num_tokens
-        # The common case, before any other work: the tokens fit in a private last block (the test
-        # _grow starts with, repeated here to save the call).
-        if have < num_tokens <= self._capacity and self._counts[self._last] == 1:
-            self._num_tokens = num_tokens
-            return []
-        if num_tokens < have:
-            raise ValueError(f"cannot shrink a table of {have} tokens to {num_tokens}")
-        return self._grow(num_tokens - have, strict=False)
-
-    def grow_to(self, num_tokens: int, copies: list[tuple[int, int]]) -> int:
-        """The decode step's append (:meth:`paged.block.PagedKVCacheManager.append_slots_in_order`):
-        room for ``num_tokens`` tokens in all if the allocator's free blocks cover it, the
-        copy-on-write pair (§4.4), if any, appended to ``copies``. O(1) plus the new blocks; a token
-        inside a private last block, or the first token past a full one, takes the short way.
-
-        Unchecked (the manager's hot path): ``num_tokens`` is an int, at least the tokens held.
-
-        Returns:
-            0 if the tokens fit in the private last block (only the token count changed); 1 if blocks
-            were taken (new blocks, a copy-on-write copy); -1 if the free blocks do not cover it
-            (nothing changed).
-        """
-        have = self._num_tokens
-        if have < num_tokens <= self._capacity and self._counts[self._last] == 1:
-            self._num_tokens = num_tokens
-            return 0
-        if have == self._capacity and have < num_tokens <= have + self._block_size:
-            # A block boundary: the last block is full (shared or not, it is never written again), so
-            # one new block and no copy; _grow's general case, in fewer steps.
-            try:
-                block = self._allocator.allocate()
-            except OutOfBlocksError:
-                return -1
-            self._blocks.append(block)
-            self._last = block
-            self._capacity += self._block_size
-            self._num_tokens = num_tokens
-            return 1
-        added = self._grow(num_tokens - have, strict=False)
-        if added is None:
-            return -1
-        if added:
-            copies.extend(added)
-        return 1
-
-    def _grow(self, num_tokens: int, *, strict: bool) -> list[tuple[int, int]] | None:
-        """The one body of :meth:`append_tokens` (``strict``: OutOfBlocksError when the free blocks do
-        not cover it) and :meth:`try_grow_to` (None then); nothing changes unless all of it fits."""
-        if num_tokens < 0:
-            raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
-        if not num_tokens:
-            return []
-        allocator = self._allocator
-        blocks = self._blocks
-        block_size = self._block_size
-        have = self._num_tokens
-        shared = bool(blocks) and self._counts[blocks[-1]] > 1
-        if not shared and have + num_tokens <= self._capacity:
-            self._num_tokens = have + num_tokens  # fast path: fits in the private last block
-            return []
-        cow = shared and needs_copy(have, block_size, 2)  # the first new token lands in a shared block
-        fresh = -(-(have + num_tokens) // block_size) - len(blocks)  # blocks past the last one
-        needed = fresh + cow  # as num_new_blocks
-        if needed > allocator.num_free_blocks:
-            if not strict:
-                return None
-            raise OutOfBlocksError(
-                f"appending {num_tokens} token{'s' * (num_tokens != 1)} needs {needed} free "
-                f"block{'s' * (needed != 1)}, {allocator.num_free_blocks} "
-                f"{'is' if allocator.num_free_blocks == 1 else 'are'} free"
-            )
-        copies: list[tuple[int, int]] = []
-        if cow:
-            copies.append(copy_on_write(allocator, blocks[-1]))  # the shared block keeps its other holders
-            blocks[-1] = self._last = copies[-1][1]
-        self._num_tokens = have + num_tokens
-        if fresh:
-            blocks += allocator.allocate_blocks(fresh)
-            self._capacity = len(blocks) * block_size
-            self._last = blocks[-1]
+        num_tokens = as_int(num_tokens, "a token count")
+        needed = self.num_new_blocks(num_tokens)
+        free = self._allocator.num_free_blocks
+        if needed > free:
+            raise OutOfBlocksError(f"appending {num_tokens} token{'s' * (num_tokens != 1)} needs {needed} free "
+                                   f"block{'s' * (needed != 1)}, {free} {'is' if free == 1 else 'are'} free")
+        copies = []
+        if num_tokens and self.needs_copy_on_write():
+            copies.append(copy_on_write(self._allocator, self._blocks[-1]))
+            self._blocks[-1] = copies[0][1]
+        self._num_tokens += num_tokens
+        block_size = self._allocator.block_size
+        while len(self._blocks) * block_size < self._num_tokens:
+            self._blocks.append(self._allocator.allocate())
         return copies
 
     def fork(self) -> BlockTable:
-        """A child table sharing every block of this one (each count +1); allocates nothing.
-
-        O(number of blocks). Used for parallel sampling and beam search (§4.4).
-        """
-        self._allocator.share(self._blocks)
-        return BlockTable._over(self._allocator, self._blocks.copy(), self._num_tokens)
+        """A child table sharing every block of this one (each block gains a reference, §4.4); allocates
+        nothing. O(blocks). Used for parallel sampling and beam search."""
+        for block_id in self._blocks:
+            self._allocator.incref(block_id)
+        return type(self)(self._allocator, self._blocks, self._num_tokens)
 
     def free(self) -> None:
-        """Release each of this table's blocks once, tail first, and empty the table.
+        """Drop this table's reference to each of its blocks, tail first, and empty the table. O(blocks).
 
-        Freeing the tail first mirrors vLLM: with prefix caching, the least useful blocks
-        (the end of a sequence) are evicted first. Freeing an empty table does nothing. O(blocks), one
-        allocator call (:meth:`~paged.block.BlockAllocator.free_blocks`).
+        Tail first, as vLLM frees: with prefix caching the end of a sequence is the least likely to be
+        shared again, so it is evicted first.
 
         Raises:
-            ValueError: if a block is already free (the table's bookkeeping was corrupted elsewhere);
-                the table then still lists its blocks.
+            ValueError: if a block is already free (the bookkeeping was corrupted elsewhere); the table
+                then still lists its blocks.
         """
-        self._allocator.free_blocks(reversed(self._blocks))
+        for block_id in reversed(self._blocks):
+            self._allocator.free(block_id)
         self._blocks = []
         self._num_tokens = 0
-        self._capacity = 0
-        self._last = None
 
     # -- addressing -------------------------------------------------------------------
     def slot_mapping(self, start: int, end: int) -> list[int]:
-        """KV cache slot of each token position ``start .. end-1``.
-
-        slot = physical_block × block_size + offset, i.e. the row in a cache flattened to
-        ``[num_blocks * block_size, num_kv_heads, head_size]``.
+        """KV cache slot of each token position ``start .. end-1``: ``physical block × block_size +
+        offset``, the row in a cache flattened to ``[num_blocks * block_size, num_kv_heads, head_size]``.
+        O(end - start).
 
         Raises:
             ValueError: unless ``0 <= start <= end <= num_tokens``.
             TypeError: if ``start`` or ``end`` is not an integer.
         """
-        if type(start) is not int or type(end) is not int:
-            start, end = as_int(start, "slot_mapping's start"), as_int(end, "slot_mapping's end")
+        start, end = as_int(start, "slot_mapping's start"), as_int(end, "slot_mapping's end")
         if not 0 <= start <= end <= self._num_tokens:
-            raise ValueError(
-                f"slot_mapping({start}, {end}) outside the table's {self._num_tokens} tokens"
-            )
-        block_size = self._block_size
-        blocks = self._blocks
+            raise ValueError(f"slot_mapping({start}, {end}) outside the table's {self._num_tokens} tokens")
+        block_size, blocks = self._allocator.block_size, self._blocks
         return [blocks[i // block_size] * block_size + i % block_size for i in range(start, end)]
 
     def check_invariants(self) -> None:
-        """Raise AssertionError unless the table covers its tokens with the fewest blocks and its cached
-        fields (slots held, last block) agree with its block list. O(1)."""
-        blocks = self._blocks
-        assert len(blocks) == -(-self._num_tokens // self._block_size), \
-            f"{len(blocks)} blocks for {self._num_tokens} tokens"
-        assert self._capacity == len(blocks) * self._block_size, f"capacity {self._capacity} for {len(blocks)} blocks"
-        assert self._last == (blocks[-1] if blocks else None), f"last block {self._last} != {blocks[-1:]}"
+        """Raise AssertionError unless the table covers its tokens with the fewest blocks. O(1)."""
+        needed = -(-self._num_tokens // self._allocator.block_size)
+        assert len(self._blocks) == needed, f"{len(self._blocks)} blocks for {self._num_tokens} tokens"
 
     def __repr__(self) -> str:
         return f"BlockTable(num_tokens={self._num_tokens}, blocks={self._blocks})"

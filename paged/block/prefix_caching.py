@@ -1,42 +1,30 @@
 """Automatic prefix caching in the block allocator (paper §4.4 "shared prefix"; vLLM's APC).
 
-A *full* block's KV depends only on its tokens and every token before it, so a full block can be
-named by a hash chained through the blocks before it: ``hash(parent block's hash, its tokens, extra
-keys)`` (:func:`hash_block_tokens`; extra keys separate caches that must not mix, e.g. adapters).
-:class:`PrefixCachingBlockAllocator` keeps a map from that hash to the blocks holding that content:
+A *full* block's KV depends only on its tokens and every token before it, so a full block is named by a
+hash chained through the blocks before it: ``hash(parent hash, its tokens, extra keys)``
+(:func:`hash_block_tokens`). :class:`PrefixCachingBlockAllocator` maps that hash to the blocks holding
+the content:
 
-* a request whose prompt starts with cached blocks takes them (:meth:`~PrefixCachingBlockAllocator.reuse`)
-  instead of computing their KV again;
-* a hit is **confirmed by comparing the tokens**, never by the hash alone: each cached block stores
-  its key ``(parent content id, tokens, extra keys)``, where a content id is a number given once to
-  each registered content and never reused, so equal keys mean the same tokens after the same
-  verified parent. A hash collision (tested with a deliberately weak hash) only costs a comparison;
-* a freed cached block keeps its KV and stays findable until its slot is needed. The free queue has
-  uncached blocks at the head (handed out first, most recently freed first: a plain stack, as in
-  :class:`~paged.block.BlockAllocator`, so a cache that holds nothing costs what the plain allocator
-  costs) and cached ones behind them in the order they were freed (a doubly linked queue,
-  :class:`~paged.block.free_queue.FreeBlockQueue`), so allocation evicts the least recently freed
-  cached block (LRU), and a hit on a free block unlinks it in O(1);
-* free (uncached) + evictable (cached, reference count 0) + in use (count ≥ 1) blocks are the
-  ``num_blocks`` distinct blocks, always; ``num_free_blocks`` (what admission may take) is the first
-  two together (:meth:`~PrefixCachingBlockAllocator.check_invariants` checks all of this);
-* only KV that was computed may be found: a block registered while its KV is still being computed is
-  *pending* until the iteration that writes it completes (:meth:`~PrefixCachingBlockAllocator.commit`);
-  if that iteration is interrupted, :meth:`~PrefixCachingBlockAllocator.rollback` forgets the pending
-  entries, so no later request hits a block that was never written;
-* :meth:`~PrefixCachingBlockAllocator.reset` drops the whole cache (after the model's weights change)
-  and, as vLLM's ``reset_prefix_cache``, refuses while any block is in use.
-
-Compared with vLLM V1's ``BlockPool`` (read through its design notes, not its code): the same
-doubly linked free queue (here for the cached free blocks only) and hash-to-blocks map; freed
-uncached blocks go to the head, so an uncached block is always reused before any cached KV is
-evicted; and content ids make a hit exact under any hash (vLLM relies on a strong hash, sha256
-optionally).
+* a request whose prompt starts with cached blocks takes them (``reuse``) instead of computing their
+  KV again;
+* a hit is **confirmed by comparing the tokens**, never by the hash alone: each cached block stores its
+  key ``(parent content id, tokens, extra keys)``, a content id being a number given once to each
+  registered content and never reused; a hash collision only costs a comparison;
+* a freed cached block keeps its KV and stays findable until its slot is needed. Free blocks without
+  cached KV sit on the plain allocator's stack and are handed out first; cached ones wait behind them in
+  a doubly linked queue (:class:`~paged.block.free_queue.FreeBlockQueue`) in the order they were freed,
+  so an allocation evicts the least recently freed cached block (LRU) and a hit on a free block unlinks
+  it in O(1). vLLM V1's ``BlockPool`` uses the same queue for every free block;
+* only computed KV may be found: a block registered while its KV is being computed stays *pending*
+  until the iteration that writes it completes (``commit``); if that iteration is interrupted,
+  ``rollback`` forgets the pending entries;
+* ``reset`` drops the whole cache (the model's weights changed) and, as vLLM's ``reset_prefix_cache``,
+  refuses while any block is in use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
 from paged.block.free_queue import FreeBlockQueue
@@ -69,8 +57,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
             a weak one is only slower.
 
     Costs: :meth:`allocate`, :meth:`free`, :meth:`reuse` O(1) (an eviction adds O(blocks sharing the
-    evicted hash)), one Python call each; :meth:`allocate_blocks` and :meth:`free_blocks` O(1) per
-    block in one call; :meth:`lookup` and :meth:`register` O(block_size + blocks sharing the hash).
+    evicted hash)); :meth:`lookup` and :meth:`register` O(block_size + blocks sharing the hash).
     """
 
     __slots__ = ("_queue", "_hash", "_key", "_cid", "_cached", "_next_cid", "hash_fn", "_pending")
@@ -78,7 +65,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
     def __init__(self, num_blocks: int, block_size: int, *,
                  hash_fn: Callable[[int, tuple[int, ...], Hashable], int] = hash_block_tokens) -> None:
         super().__init__(num_blocks, block_size)  # self._free: the stack of uncached free blocks
-        self._queue = FreeBlockQueue(num_blocks, filled=False)  # evictable blocks, least recently freed first
+        self._queue = FreeBlockQueue(num_blocks)  # evictable blocks, least recently freed first
         self._hash: list[int | None] = [None] * num_blocks  # chained hash of a cached block, else None
         self._key: list[tuple | None] = [None] * num_blocks  # (parent content id, tokens, extra keys)
         self._cid: list[int] = [NO_PARENT] * num_blocks  # content id of a cached block
@@ -104,102 +91,22 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         return sum(len(bucket) for bucket in self._cached.values())
 
     # -- the free pool ------------------------------------------------------------------
-    # The free queue, head first, is the base class's stack of uncached free blocks (top first), then
-    # the evictable queue (least recently freed first). Uncached blocks are handed out and returned as
-    # in the plain allocator; only cached ones touch the linked queue.
-    def allocate(self) -> int:
-        """Take the head of the free queue with reference count 1: the most recently freed uncached
-        block, else the least recently freed cached one, whose cache entry is evicted. O(1).
+    # Head of the free queue first: the base class's stack of uncached free blocks (top first), then the
+    # evictable queue (least recently freed first). Uncached blocks come and go as in the plain allocator.
+    def _take_free_block(self) -> int:
+        """The most recently freed uncached block, else the least recently freed cached one, whose cache
+        entry is evicted (LRU). O(1) (an eviction: O(blocks sharing its hash))."""
+        if self._free:
+            return self._free.pop()
+        return self._evict_lru()
 
-        Raises:
-            OutOfBlocksError: if no block is free.
-        """
-        try:
-            block_id = self._free.pop()
-        except IndexError:
-            block_id = self._evict_lru()
-        self._ref_counts[block_id] = 1
-        return block_id
-
-    def allocate_blocks(self, num_blocks: int) -> list[int]:
-        """Take ``num_blocks`` blocks from the head of the free queue at once (:meth:`allocate`, that many
-        times, in one Python call). O(num_blocks).
-
-        All or nothing: if fewer blocks are free, nothing is taken.
-
-        Raises:
-            OutOfBlocksError: if fewer than ``num_blocks`` blocks are free.
-        """
-        free = self._free
-        if num_blocks <= len(free):
-            return super().allocate_blocks(num_blocks)
-        if num_blocks > len(free) + len(self._queue):
-            raise OutOfBlocksError(f"need {num_blocks} free KV blocks, {self.num_free_blocks} of "
-                                   f"{self._num_blocks} are free")
-        taken = super().allocate_blocks(len(free))
-        ref_counts = self._ref_counts
-        for _ in range(num_blocks - len(taken)):
-            block_id = self._evict_lru()
-            ref_counts[block_id] = 1
-            taken.append(block_id)
-        return taken
-
-    def free(self, block_id: int) -> None:
-        """Drop one reference; at zero the block is free: on the stack if it holds no cached KV (handed
-        out next), else at the tail of the evictable queue (still findable, evicted after every block
-        freed before it). O(1).
-
-        Raises:
-            ValueError: if the block is already free (a double free) or the id is out of range.
-            TypeError: if the id is not an integer.
-        """
-        ref_counts = self._ref_counts
-        try:  # costs nothing unless it raises
-            if not 0 <= block_id < self._num_blocks:
-                raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
-            count = ref_counts[block_id]
-        except TypeError:
-            raise TypeError(f"block id must be an integer, got {block_id!r}") from None
-        if count != 1:
-            if count == 0:
-                raise ValueError(f"double free: physical block {block_id} is already free")
-            ref_counts[block_id] = count - 1
+    def _return_free_block(self, block_id: int) -> None:
+        """A block without cached KV goes on the stack (handed out next); a cached one to the tail of the
+        evictable queue (still findable, evicted after every block freed before it). O(1)."""
+        if self._hash[block_id] is None:
+            self._free.append(block_id)
         else:
-            ref_counts[block_id] = 0
-            if self._hash[block_id] is None:
-                self._free.append(block_id)
-            else:
-                self._queue.push_back(block_id)
-
-    def free_blocks(self, block_ids: Iterable[int]) -> None:
-        """:meth:`free` each block of ``block_ids`` in order (a block table's blocks, tail first, so a
-        sequence's last cached blocks are evicted first). O(1) per block, one Python call (two when
-        cached blocks become evictable).
-
-        Unchecked ids (the blocks come from a table, so they are in range); a block already free raises
-        as :meth:`free` does, after the blocks before it were freed.
-
-        Raises:
-            ValueError: on a double free.
-        """
-        ref_counts, hashes, free = self._ref_counts, self._hash, self._free
-        evictable: list[int] = []
-        try:
-            for block_id in block_ids:
-                count = ref_counts[block_id]
-                if count == 1:
-                    ref_counts[block_id] = 0
-                    if hashes[block_id] is None:
-                        free.append(block_id)
-                    else:
-                        evictable.append(block_id)
-                elif count:
-                    ref_counts[block_id] = count - 1
-                else:
-                    raise ValueError(f"double free: physical block {block_id} is already free")
-        finally:
-            if evictable:
-                self._queue.extend(evictable)
+            self._queue.push_back(block_id)
 
     def reuse(self, block_id: int) -> None:
         """Take one reference to the cached block ``block_id`` (a hit): out of the evictable queue if it

@@ -3,8 +3,7 @@
 A sequence's full blocks are named by chained hashes of its token ids
 (:func:`paged.block.prefix_caching.hash_block_tokens`); once a block is cached (or found in the
 cache), the chain continues from its content id. :class:`SequenceHashes` keeps both per sequence, so
-a request waiting at the head of the queue hashes its prompt once however often admission asks, and
-a decode that fills a block registers it in O(1) amortized.
+a request waiting at the head of the queue hashes its prompt once however often admission asks.
 """
 
 from __future__ import annotations
@@ -21,22 +20,15 @@ class SequenceHashes:
 
     Args:
         allocator: the prefix-caching allocator whose cache the chains refer to.
-
-    Attributes:
-        next_full: ``seq_id`` → the tokens (a multiple of ``block_size``) at which the sequence's next
-            block past its chain is full: :meth:`register_full_blocks` has nothing to do while the
-            sequence's table holds fewer tokens, so the decode step calls it only once per block
-            (read-only outside this class). Sequences without a chain have no entry.
     """
 
-    __slots__ = ("allocator", "block_size", "_hashes", "_cids", "next_full")
+    __slots__ = ("allocator", "block_size", "_hashes", "_cids")
 
     def __init__(self, allocator: PrefixCachingBlockAllocator) -> None:
         self.allocator = allocator
         self.block_size = allocator.block_size
         self._hashes: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
         self._cids: dict[int, list[int]] = {}
-        self.next_full: dict[int, int] = {}
 
     def block_hashes(self, seq: Sequence, upto: int) -> list[tuple[int, tuple[int, ...]]]:
         """``(chained hash, token ids)`` of the sequence's first ``upto`` full blocks, each computed once
@@ -72,12 +64,11 @@ class SequenceHashes:
 
     def start(self, seq: Sequence, hit_cids: list[int]) -> None:
         """Begin the sequence's chain of content ids with the cache hits it was allocated with."""
-        self._cids[seq.seq_id] = cids = list(hit_cids)
-        self.next_full[seq.seq_id] = (len(cids) + 1) * self.block_size
+        self._cids[seq.seq_id] = list(hit_cids)
 
     def register_full_blocks(self, seq: Sequence, table: BlockTable) -> None:
-        """Register the table's full blocks of known tokens past those already in the chain (nothing to do
-        while the table holds fewer than :attr:`next_full` tokens). O(new blocks)."""
+        """Register the table's full blocks of known tokens past those already in the chain. O(1) when no
+        block filled, else O(new blocks)."""
         cids = self._cids.get(seq.seq_id)
         if cids is None or seq.token_ids is None:
             return
@@ -86,23 +77,17 @@ class SequenceHashes:
             return
         hashes = self.block_hashes(seq, full)
         blocks = table.physical_blocks
-        register = self.allocator.register
-        try:
-            for i in range(len(cids), full):
-                block_hash, tokens = hashes[i]
-                cids.append(register(blocks[i], block_hash, cids[-1] if cids else NO_PARENT, tokens))
-        finally:
-            self.next_full[seq.seq_id] = (len(cids) + 1) * self.block_size
+        for i in range(len(cids), full):
+            block_hash, tokens = hashes[i]
+            cids.append(self.allocator.register(blocks[i], block_hash, cids[-1] if cids else NO_PARENT, tokens))
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """The child starts with the parent's chain (same tokens so far). O(blocks)."""
         if parent.seq_id in self._cids:
             self._cids[child.seq_id] = list(self._cids[parent.seq_id])
             self._hashes[child.seq_id] = list(self._hashes.get(parent.seq_id, ()))
-            self.next_full[child.seq_id] = self.next_full[parent.seq_id]
 
     def drop(self, seq: Sequence) -> None:
         """Forget the sequence (it finished). O(1)."""
         self._cids.pop(seq.seq_id, None)
         self._hashes.pop(seq.seq_id, None)
-        self.next_full.pop(seq.seq_id, None)

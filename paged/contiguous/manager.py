@@ -38,12 +38,8 @@ class ContiguousKVCacheManager:
         ValueError: on an unknown policy, non-positive sizes, or a block size that is not a power of two.
     """
 
-    #: A fork copies the parent's KV into the child's own reservation (nothing can be shared); the
-    #: simulator charges that copy (:class:`paged.sim.executor.SimulatedExecutor`).
+    #: A fork copies the parent's KV into the child's own reservation: nothing can be shared (§4.4).
     fork_copies_kv = True
-    #: A decode never allocates: the reservation made at the prefill holds every token the request
-    #: will write (the simulator's decode calendar, :mod:`paged.sim.decode_calendar`, reads it).
-    decode_allocates = False
 
     def __init__(self, num_slots: int, policy: str = "max", *, max_seq_len: int = 2048, block_size: int = 1) -> None:
         if policy not in POLICIES:
@@ -148,19 +144,6 @@ class ContiguousKVCacheManager:
             if seq.status is SequenceStatus.RUNNING
         )
 
-    def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
-        """``(groups done, [])``: the groups, in order, up to the first whose running sequences do not
-        all stay inside their reservations (nothing to allocate; :class:`paged.core.KVCacheManager`,
-        the decode step's hot path). O(sequences), each checked inline (a fifth of an Orca simulation's
-        time would go to the generator of :meth:`can_append_slots`)."""
-        reservations = self.reservations
-        running = SequenceStatus.RUNNING
-        for done, group in enumerate(seq_groups):
-            for seq in group.seqs:  # can_append_slots, inlined
-                if seq.status is running and seq.prompt_len + seq.num_generated > reservations[seq.seq_id][1]:
-                    return done, []
-        return len(seq_groups), []
-
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
         """Nothing to allocate: the reservation already covers the token. Returns ``[]``.
 
@@ -188,36 +171,6 @@ class ContiguousKVCacheManager:
         if key is not None:
             self._group_of[child.seq_id] = key
             self._live[key] += 1
-
-    def free_and_fork(self, dropped: list[Sequence], forks: list[tuple[Sequence, Sequence]]) -> None:
-        """:meth:`free` each sequence of ``dropped`` in order, then :meth:`fork` each ``(parent, child)``
-        of ``forks`` in order: a beam-search step (§4.4; the simulator's replay,
-        :class:`paged.sim.executor.SimulatedExecutor`) in one call. O(sequences) with spares.
-
-        Raises:
-            MemoryError: as :meth:`fork`.
-        """
-        reservations, group_of, live, spares = self.reservations, self._group_of, self._live, self._spares
-        for seq in dropped:
-            key = group_of.get(seq.seq_id)
-            if key is not None and live.get(key, 0) > 1 and seq.seq_id in reservations:
-                # a group that keeps other live sequences: the reservation becomes a spare (free's case)
-                start = reservations.pop(seq.seq_id)[0]
-                del group_of[seq.seq_id]
-                live[key] -= 1
-                spares[key].append(start)
-            else:
-                self.free(seq)
-        for parent, child in forks:
-            parent_id = parent.seq_id
-            key = group_of.get(parent_id)
-            pool = spares.get(key) if key is not None else None
-            if pool:  # fork's case with a spare
-                reservations[child.seq_id] = (pool.pop(), reservations[parent_id][1])
-                group_of[child.seq_id] = key
-                live[key] += 1
-            else:
-                self.fork(parent, child)
 
     def free(self, seq: Sequence) -> None:
         """Release the sequence's reservation (to its group's spares while the group has other live
@@ -300,39 +253,6 @@ class ContiguousKVCacheManager:
         """``(blocks reserved, the same)``: reservations are never shared. O(sequences)."""
         held = sum(self.reservations[s.seq_id][1] for s in seqs if s.seq_id in self.reservations) // self.block_size
         return held, held
-
-    def decode_run_limit(self, seqs: list[Sequence], max_iterations: int) -> int:
-        """``max_iterations``: a reservation already covers every token its request will hold. O(1)."""
-        return max_iterations
-
-    def decode_run_usage(self, seq_groups: list[SequenceGroup], num_tokens: list[int], k: int) -> MemoryUsage:
-        """:meth:`memory_usage` summed over ``k`` decode iterations in closed form (slot-iterations).
-
-        Every running sequence of group ``i`` holds ``num_tokens[i] + j`` tokens at iteration ``j`` of its
-        fixed reservation. O(sequences).
-        """
-        used = reserved = internal = 0
-        tri = k * (k - 1) // 2
-        running = SequenceStatus.RUNNING
-        for group, n in zip(seq_groups, num_tokens):
-            final_len = group.prompt_len + group.output_len
-            used_i = k * n + tri
-            for seq in group.seqs:
-                if seq.status is not running:
-                    continue
-                size = self.reservations[seq.seq_id][1]
-                will_use = min(size, final_len)
-                used, reserved = used + used_i, reserved + k * will_use - used_i
-                internal += k * (size - will_use)
-        total = k * self.num_total_slots
-        return MemoryUsage(used, reserved, internal, total - used - reserved - internal, total)
-
-    def request_slot_iterations(self, prompt_len: int, output_len: int) -> int:
-        """Slots a lone request holds over its ``output_len`` iterations: its reservation, rounded up
-        to the buddy block it takes, the whole time. O(1)."""
-        size = reservation_size(self.policy, prompt_len, output_len, self.max_seq_len)
-        size = -(-size // self.block_size) * self.block_size
-        return output_len << BuddyAllocator.order_for(size)
 
     def can_swap_out(self, seq_group: SequenceGroup) -> bool:
         """Contiguous baselines do not swap (their reservations never need to grow)."""

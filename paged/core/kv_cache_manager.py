@@ -3,9 +3,9 @@
 Two kinds of manager implement it: the paged one (:class:`paged.block.PagedKVCacheManager`,
 blocks allocated on demand) and the contiguous baselines of the paper's Orca systems
 (:class:`paged.contiguous.ContiguousKVCacheManager`, one reservation per sequence from a buddy
-allocator). The scheduler, the engine's step and the simulator's fast-forward only call the methods
-below, so none of them knows which one it drives; ``tests/core/test_kv_cache_manager.py`` runs the
-same contract against every manager.
+allocator). The scheduler, the engine and the simulator only call the methods below, so none of them
+knows which one it drives; ``tests/core/test_kv_cache_manager.py`` runs the same contract against
+every manager.
 
 Method names follow vLLM's v0 ``BlockSpaceManager``.
 """
@@ -90,10 +90,13 @@ class KVCacheManager(Protocol):
         block_size: tokens per block of the block tables :meth:`get_block_table` hands out (a
             contiguous manager reads its reservations as consecutive blocks of this size).
         num_total_slots: KV slots of the whole (GPU) cache.
+        fork_copies_kv: True if a fork copies the parent's KV into the child's own space (a contiguous
+            reservation cannot be shared), False if the child shares the parent's blocks (§4.4).
     """
 
     block_size: int
     num_total_slots: int
+    fork_copies_kv: bool
 
     def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
         """Whether the waiting sequences of ``seq_group`` can get KV space for a prefill."""
@@ -127,24 +130,12 @@ class KVCacheManager(Protocol):
         """Make room for ``seq.num_tokens`` tokens; return copy-on-write ``(src, dst)`` pairs."""
         ...
 
-    def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
-        """Room for the next token of every running sequence, group by group in order, stopping at the
-        first group that does not fit (it and the later groups unchanged): ``(groups done,
-        copy-on-write pairs)``. The same as :meth:`can_append_slots` then :meth:`append_slots` for
-        each group up to that one, in one call (the decode step's hot path)."""
-        ...
-
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Let ``child`` share (paged) or copy (contiguous) ``parent``'s KV space."""
         ...
 
     def free(self, seq: Sequence) -> None:
         """Release the sequence's KV space."""
-        ...
-
-    def free_and_fork(self, dropped: list[Sequence], forks: list[tuple[Sequence, Sequence]]) -> None:
-        """:meth:`free` each sequence of ``dropped``, then :meth:`fork` each ``(parent, child)`` of
-        ``forks``, in order, in one call: a beam-search step (§4.4), the simulator's replay."""
         ...
 
     def free_for_recompute(self, seq_group: SequenceGroup) -> None:
@@ -188,25 +179,6 @@ class KVCacheManager(Protocol):
 
     def memory_usage(self, seq_groups: list[SequenceGroup]) -> MemoryUsage:
         """Where the cache's slots are, given the groups that hold KV space now."""
-        ...
-
-    def decode_run_limit(self, seqs: list[Sequence], max_iterations: int) -> int:
-        """Most decode iterations (≤ ``max_iterations``) in which every sequence of ``seqs`` gains one
-        token per iteration without the manager running out of memory (the simulator's fast-forward).
-
-        Each sequence has room for its ``num_tokens`` and writes only into blocks it holds alone."""
-        ...
-
-    def decode_run_usage(self, seq_groups: list[SequenceGroup], num_tokens: list[int], k: int) -> MemoryUsage:
-        """:meth:`memory_usage` summed over ``k`` decode iterations in closed form (slot-iterations).
-
-        Every running sequence of group ``i`` holds ``num_tokens[i] + j`` tokens at iteration ``j``;
-        ``total`` is ``k × num_total_slots``."""
-        ...
-
-    def request_slot_iterations(self, prompt_len: int, output_len: int) -> int:
-        """Slots a lone request holds, summed over the ``output_len`` iterations that generate its
-        tokens (slot-iterations): its KV footprint over its life."""
         ...
 
     def commit_computed(self) -> None:

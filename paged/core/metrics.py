@@ -47,7 +47,7 @@ class MemoryStats:
 
     def add_usage(self, usage: MemoryUsage, iterations: int) -> None:
         """Add slot sums over ``iterations`` iterations (``usage`` holds the sums, e.g. from a
-        manager's ``decode_run_usage``); external is the rest of ``usage.total``."""
+        fast manager's ``decode_run_usage``); external is the rest of ``usage.total``."""
         self.iterations += iterations
         self.token_states += usage.token_states
         self.reservation += usage.reservation

@@ -144,9 +144,6 @@ class Scheduler:
         # request id -> (its group, its sequence ids when added), while waiting, running or swapped out
         self._groups: dict = {}
         self._seq_ids: set[int] = set()  # the sequence ids of those groups
-        # True while every group added holds one sequence and never more (no samples, no beam, no fork):
-        # then the reserved sequences are the running groups (num_reserved_seqs in O(1)).
-        self._single = True
 
     # -- queue management -------------------------------------------------------------
     def add_seq_group(self, seq_group: SequenceGroup) -> None:
@@ -184,8 +181,6 @@ class Scheduler:
                 f"request {seq_group.request_id!r} has a {seq_group.prompt_len}-token prompt, more than "
                 f"max_num_batched_tokens={self.max_num_batched_tokens}"
             )
-        if self._single and (len(seq_ids) != 1 or seq_group.max_num_seqs > 1):
-            self._single = False
         self.waiting.append(seq_group)
         self._groups[seq_group.request_id] = (seq_group, seq_ids)
         self._seq_ids.update(seq_ids)
@@ -240,71 +235,41 @@ class Scheduler:
         """True while any group waits, runs or is swapped out."""
         return bool(self.waiting or self.running or self.swapped)
 
-    def num_running_seqs(self) -> int:
-        """Running sequences across all running groups. O(groups) for one-sequence groups."""
-        running = SequenceStatus.RUNNING
-        count = 0
-        for group in self.running:
-            seqs = group.seqs
-            if len(seqs) == 1:
-                count += seqs[0].status is running
-            else:
-                count += sum(1 for seq in seqs if seq.status is running)
-        return count
-
     def num_reserved_seqs(self) -> int:
         """Sequences the running groups will run at once (each group's ``peak_num_seqs``), which
-        ``max_num_seqs`` bounds: a beam group counts its width from its prefill on. O(groups); O(1)
-        while every group has held exactly one sequence (each then counts one)."""
-        if self._single:
-            return len(self.running)
-        count = 0
-        for group in self.running:
-            held, peak = len(group.seqs), group.max_num_seqs
-            count += held if held > peak else peak
-        return count
+        ``max_num_seqs`` bounds: a beam group counts its width from its prefill on. O(groups)."""
+        return sum(max(len(group.seqs), group.max_num_seqs) for group in self.running)
 
     # -- one iteration ----------------------------------------------------------------
     def schedule(self) -> SchedulerOutputs:
-        """Decide the next iteration (module docstring)."""
+        """Decide the next iteration (module docstring): a prefill of waiting groups if any is admitted,
+        else a decode of the running groups."""
         if not self.swapped:
-            outputs = self._schedule_prefills()
+            outputs = self.schedule_prefills()
             if outputs.scheduled_seq_groups:
                 return outputs
-        return self._schedule_decodes()
+        return self.schedule_decodes()
 
     def schedule_prefills(self) -> SchedulerOutputs:
-        """Step 1 of :meth:`schedule` alone: admit waiting groups into a prefill iteration (module
-        docstring), or none (``scheduled_seq_groups`` empty: nothing fits, nothing waits, or a group is
-        swapped out, which stops admission). What :meth:`schedule` returns when this schedules any.
-        O(admitted groups) while every group holds one sequence."""
-        if self.swapped:
-            return SchedulerOutputs([], is_prefill=True)
-        return self._schedule_prefills()
-
-    def _schedule_prefills(self) -> SchedulerOutputs:
-        scheduled: list[SequenceGroup] = []
-        if not self.waiting:  # nothing to admit (skips counting the running sequences)
-            return SchedulerOutputs(scheduled, is_prefill=True)
-        outputs = SchedulerOutputs(scheduled, is_prefill=True)
+        """Step 1 of :meth:`schedule`: admit waiting groups in arrival order into a prefill iteration while
+        the KV cache manager can place them and the budgets allow (module docstring). Schedules none
+        while a group is swapped out. O(admitted groups + running groups)."""
+        outputs = SchedulerOutputs([], is_prefill=True)
+        if self.swapped or not self.waiting:
+            return outputs
         manager = self.kv_manager
         budget = 0  # prefill tokens admitted (a shared prompt once)
         num_tokens = 0  # tokens the prefill computes (cached ones not)
-        num_seqs = None  # the running groups' reserved sequences, counted once something fits
-        prefill_seqs = outputs.prefill_seqs
+        num_seqs = self.num_reserved_seqs()
         while self.waiting:
             group = self.waiting[0]
             waiting_seqs = group.get_seqs(SequenceStatus.WAITING)
             group_tokens = manager.prefill_tokens(group)
-            if budget + group_tokens > self.max_num_batched_tokens and scheduled:
+            # FCFS: the first group that does not fit ends the admission (nobody overtakes the head).
+            if budget + group_tokens > self.max_num_batched_tokens and outputs.scheduled_seq_groups:
                 break
-            # Every check ends the admission (FCFS: nobody overtakes the head of the queue), so their
-            # order changes nothing; the memory check comes first because a full cache is the common
-            # case at high load and counting the running sequences is O(groups).
             if manager.can_allocate(group) is not AllocStatus.OK:
                 break
-            if num_seqs is None:
-                num_seqs = self.num_reserved_seqs()
             group_seqs = max(group.peak_num_seqs, len(waiting_seqs))
             if num_seqs + group_seqs > self.max_num_seqs:
                 break
@@ -314,44 +279,46 @@ class Scheduler:
                 group.num_cached_tokens = starts[0]
             for seq, start in zip(waiting_seqs, starts):
                 seq.status = SequenceStatus.RUNNING
-                prefill_seqs.append((seq, start))
-                if start < seq.num_tokens:
-                    num_tokens += seq.num_tokens - start
+                outputs.prefill_seqs.append((seq, start))
+                num_tokens += seq.num_tokens - start  # 0 for a sample taking its group's first logits
             self._add_running(group)
-            scheduled.append(group)
+            outputs.scheduled_seq_groups.append(group)
             budget += group_tokens
             num_seqs += group_seqs
         outputs.num_batched_tokens = num_tokens
         return outputs
 
     def schedule_decodes(self) -> SchedulerOutputs:
-        """Step 2 of :meth:`schedule` alone: a decode of every running group, preempting the latest
-        arrivals until the others fit, then resuming swapped-out groups (module docstring). What
-        :meth:`schedule` returns when no prefill is scheduled. O(sequences)."""
-        return self._schedule_decodes()
-
-    def _schedule_decodes(self) -> SchedulerOutputs:
+        """Step 2 of :meth:`schedule`: a decode of every running group. Walking the groups earliest
+        arrival first, each gets a slot for its next token; while one cannot, the latest-arriving group
+        still running is preempted (the group itself when it is the latest). Then swapped-out groups come
+        back if nothing was preempted (module docstring). O(sequences)."""
         outputs = SchedulerOutputs([], is_prefill=False)
-        groups = self.running  # earliest arrival first
         manager = self.kv_manager
+        queue = deque(self.running)  # earliest arrival first
         kept: list[SequenceGroup] = []
-        lo, hi = 0, len(groups)  # groups[lo:hi] are still to place; groups[hi:] were preempted
-        while lo < hi:
-            done, copies = manager.append_slots_in_order(groups[lo:hi])  # the groups that fit, in one call
-            outputs.blocks_to_copy.extend(copies)
-            kept.extend(groups[lo:lo + done])
-            lo += done
-            if lo < hi:  # groups[lo] does not fit: preempt the latest arrival (itself when it is the last)
-                hi = hi - 1 if hi - 1 > lo else lo
-                self._preempt(groups[hi], outputs)
+        while queue:
+            group = queue.popleft()
+            while not manager.can_append_slots(group):
+                if not queue:  # nobody later to preempt: the group itself
+                    self.preempt(group, outputs)
+                    break
+                self.preempt(queue.pop(), outputs)
+            else:
+                for seq in group.get_seqs(SequenceStatus.RUNNING):
+                    outputs.blocks_to_copy.extend(manager.append_slots(seq))
+                kept.append(group)
         self.running = kept
         if not outputs.preempted:
-            self._schedule_swap_in(outputs)
-        outputs.scheduled_seq_groups = list(self.running)  # num_batched_tokens: counted if read
+            self.schedule_swap_in(outputs)
+        outputs.scheduled_seq_groups = list(self.running)
         return outputs
 
-    def _schedule_swap_in(self, outputs: SchedulerOutputs) -> None:
-        if not self.swapped:  # nothing to resume (skips counting the running sequences)
+    def schedule_swap_in(self, outputs: SchedulerOutputs) -> None:
+        """The end of a decode step that preempted nothing: bring swapped-out groups back, first out first
+        in, while they fit (no watermark) and ``max_num_seqs`` allows, their swaps and copies recorded in
+        ``outputs``. O(swapped groups + running groups)."""
+        if not self.swapped:
             return
         num_seqs = self.num_reserved_seqs()
         while self.swapped:
@@ -361,35 +328,29 @@ class Scheduler:
                 break
             self.swapped.popleft()
             outputs.blocks_to_swap_in.extend(self.kv_manager.swap_in(group))
-            for seq in group.seqs:
-                if seq.status is SequenceStatus.SWAPPED:
-                    seq.status = SequenceStatus.RUNNING
-                    outputs.blocks_to_copy.extend(self.kv_manager.append_slots(seq))
+            for seq in group.get_seqs(SequenceStatus.SWAPPED):
+                seq.status = SequenceStatus.RUNNING
+                outputs.blocks_to_copy.extend(self.kv_manager.append_slots(seq))
             self._add_running(group)
             num_seqs += n
 
     def preempt(self, group: SequenceGroup, outputs: SchedulerOutputs) -> None:
-        """Preempt a whole running group (module docstring, step 2) and record it in ``outputs``; the
-        caller takes it out of :attr:`running` (a decode step that places the running groups itself,
-        the simulator's decode calendar). O(the group's blocks)."""
-        self._preempt(group, outputs)
-
-    def _preempt(self, group: SequenceGroup, outputs: SchedulerOutputs) -> None:
-        """Preempt a whole group by swapping (if chosen and possible) or recomputation."""
+        """Preempt a whole running group and record it in ``outputs`` (§4.5): swap its blocks out when
+        the mode is ``"swap"`` and the CPU space holds them, else free them for recomputation (the group
+        goes back to the head of the waiting queue). The caller takes it out of :attr:`running`.
+        O(the group's blocks)."""
         group.num_preemptions += 1
         self.num_preemptions += 1
         outputs.preempted.append(group)
         if self.preemption_mode == "swap" and self.kv_manager.can_swap_out(group):
             outputs.blocks_to_swap_out.extend(self.kv_manager.swap_out(group))
-            for seq in group.seqs:
-                if seq.status is SequenceStatus.RUNNING:
-                    seq.status = SequenceStatus.SWAPPED
+            for seq in group.get_seqs(SequenceStatus.RUNNING):
+                seq.status = SequenceStatus.SWAPPED
             self.swapped.append(group)
             return
         self.kv_manager.free_for_recompute(group)  # remembers what the sequences shared
-        for seq in group.seqs:
-            if seq.status is SequenceStatus.RUNNING:
-                seq.status = SequenceStatus.WAITING
+        for seq in group.get_seqs(SequenceStatus.RUNNING):
+            seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(group)  # preempted groups resume before new arrivals
 
     def _add_running(self, group: SequenceGroup) -> None:
@@ -398,7 +359,6 @@ class Scheduler:
     # -- after an iteration -----------------------------------------------------------
     def fork_seq(self, group: SequenceGroup, parent: Sequence, child: Sequence) -> None:
         """Add ``child`` to the group, sharing ``parent``'s KV blocks (§4.4)."""
-        self._single = False
         self.kv_manager.fork(parent, child)
         child.status = SequenceStatus.RUNNING
         group.seqs.append(child)
@@ -408,36 +368,11 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         self.kv_manager.free(seq)
 
-    def free_finished_seq_groups(self, candidates: list[SequenceGroup] | None = None) -> list[SequenceGroup]:
-        """Drop finished groups from the running list and return them, in running order.
-
-        Args:
-            candidates: None: every running group is checked, O(groups). Else the running groups that
-                may have finished (a caller that knows which of its sequences finished, e.g. the
-                simulator); only they are checked, O(candidates × groups) in C (list removal).
-        """
-        done = SequenceStatus.FINISHED
-        if candidates is not None:
-            finished = [g for g in candidates if ((g.seqs[0].status is done) if len(g.seqs) == 1 else g.is_finished())]
-            if not finished:
-                return finished
-            running = self.running
-            if len(finished) > 1:
-                finished.sort(key=running.index)
-            for group in finished:
-                running.remove(group)
-                self._forget(group)
-            return finished
-        finished: list[SequenceGroup] = []
-        kept: list[SequenceGroup] = []
-        for group in self.running:  # one pass; a one-sequence group inline (every group, most iterations)
-            seqs = group.seqs
-            if (seqs[0].status is done) if len(seqs) == 1 else group.is_finished():
-                finished.append(group)
-            else:
-                kept.append(group)
+    def free_finished_seq_groups(self) -> list[SequenceGroup]:
+        """Drop finished groups from the running list and return them, in running order. O(groups)."""
+        finished = [group for group in self.running if group.is_finished()]
         if finished:
-            self.running = kept
+            self.running = [group for group in self.running if not group.is_finished()]
             for group in finished:
                 self._forget(group)
         return finished

@@ -11,8 +11,9 @@ The simulator and the real engine serve requests through this same loop over the
 One iteration of :meth:`ServingLoop.step`: admit the requests that have arrived by the executor's
 clock; if nothing is left to run, idle until the next arrival; otherwise ask the scheduler for a
 prefill or a decode iteration, record where KV memory is while requests wait (Fig. 2), let the
-executor run it (or, for a decode, a whole run of identical decode iterations at once when the
-executor can: the simulator's fast-forward), and retire the requests that finished.
+executor run it, and retire the requests that finished. (The simulator's fast path,
+:mod:`paged.sim.fast`, overrides :meth:`ServingLoop.run_iteration` to apply a run of identical decode
+iterations at once, with the same results.)
 
 Nothing is left half-done when something escapes an iteration (``KeyboardInterrupt`` from a
 notebook's *Interrupt*, an exception from the model, the sampler or a callback): before it
@@ -25,6 +26,7 @@ aborted between iterations with :meth:`ServingLoop.abort_request`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -53,13 +55,6 @@ class Executor(Protocol):
         """Run one scheduled iteration: advance the clock, give every running sequence of the scheduled
         groups its next token and ``scheduler.finish_seq`` those that are done. Returns True if any
         sequence finished."""
-        ...
-
-    def execute_run(self, scheduler: Scheduler, outputs: SchedulerOutputs, next_arrival_time: float,
-                    memory: MemoryStats | None) -> int:
-        """Run the scheduled decode iteration and every following one that would be identical (no
-        arrival before ``next_arrival_time``, no finish before the last, no preemption), adding their
-        memory breakdown to ``memory``; return how many iterations ran (0: not eligible, nothing ran)."""
         ...
 
 
@@ -144,7 +139,7 @@ class ServingLoop:
     """
 
     __slots__ = ("scheduler", "executor", "groups", "result", "record_memory", "record_sharing", "on_finish", "_next",
-                 "_commit", "_aborted")
+                 "_aborted")
 
     def __init__(self, scheduler: Scheduler, executor: Executor, groups: Sequence[SequenceGroup], *,
                  record_memory: bool = False, record_sharing: bool = False,
@@ -160,9 +155,6 @@ class ServingLoop:
         self.record_sharing = record_sharing
         self.on_finish = on_finish
         self._next = 0  # the next group to arrive
-        manager = scheduler.kv_manager
-        # Only a prefix cache has entries to commit after an iteration (a call per iteration otherwise saved).
-        self._commit = manager.commit_computed if getattr(manager, "enable_prefix_caching", False) else None
         self._aborted: set = set()  # request ids aborted before they arrived
 
     @property
@@ -231,25 +223,11 @@ class ServingLoop:
             for group in scheduled:
                 if group.first_scheduled_time is None:
                     group.first_scheduled_time = now
-            result = self.result
-            memory = result.memory if self.record_memory and scheduler.waiting else None
-            k = 0
             if outputs.is_prefill:
                 self._count_prefill(outputs)
-            if self.record_sharing:
-                result.sharing.add(*scheduler.kv_manager.sharing_counts())
-            elif not outputs.is_prefill:
-                k = executor.execute_run(scheduler, outputs,
-                                         groups[nxt].arrival_time if nxt < num_groups else float("inf"), memory)
-            if k:
-                any_finished = True
-            else:
-                if memory is not None:
-                    memory.add(scheduler.kv_manager.memory_usage(scheduler.running))
-                any_finished = executor.execute(scheduler, outputs)
-                k = 1
-            if self._commit is not None:
-                self._commit()  # the KV of the blocks this iteration filled is written
+            k, any_finished = self.run_iteration(outputs, groups[nxt].arrival_time if nxt < num_groups else math.inf)
+            scheduler.kv_manager.commit_computed()  # the KV of the blocks the iteration filled is written
+            result = self.result
             result.num_iterations += k
             result.batched_requests_sum += k * len(scheduled)
             busy = executor.now - now
@@ -267,6 +245,18 @@ class ServingLoop:
         except BaseException:
             self.abandon()
             raise
+
+    def run_iteration(self, outputs: SchedulerOutputs, next_arrival_time: float) -> tuple[int, bool]:
+        """Run the scheduled iteration: record the KV memory breakdown (while requests wait) and the blocks
+        held with and without sharing, if asked, then let the executor run it. Returns ``(iterations run,
+        any sequence finished)``: always one iteration here (``next_arrival_time``, seconds, lets a
+        subclass run several identical ones at once: :class:`paged.sim.fast.loop.FastServingLoop`)."""
+        scheduler, result = self.scheduler, self.result
+        if self.record_memory and scheduler.waiting:
+            result.memory.add(scheduler.kv_manager.memory_usage(scheduler.running))
+        if self.record_sharing:
+            result.sharing.add(*scheduler.kv_manager.sharing_counts())
+        return 1, self.executor.execute(scheduler, outputs)
 
     def abort_request(self, request_id) -> bool:
         """Abort one request between iterations, wherever it is (still to arrive, waiting, running,
@@ -292,10 +282,7 @@ class ServingLoop:
         KV was not written, abort every request of the loop (those still to arrive too), and leave no
         work. Returns the requests it aborted. Called by :meth:`step` when something escapes it; safe
         to call again. O(blocks held)."""
-        manager = self.scheduler.kv_manager
-        rollback = getattr(manager, "rollback_uncomputed", None)
-        if rollback is not None:
-            rollback()
+        self.scheduler.kv_manager.rollback_uncomputed()
         aborted = self.scheduler.abort_all()
         now = self.executor.now
         for group in self.groups[self._next:]:

@@ -22,7 +22,6 @@ from typing import NamedTuple
 import torch
 
 from paged.core.kv_cache_manager import KVCacheManager
-from paged.core.metrics import MemoryStats
 from paged.core.scheduler import Scheduler, SchedulerOutputs
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 from paged.engine.beam_search import BeamSearchState, beam_search_step
@@ -134,11 +133,6 @@ class ModelExecutor:
         if delay > 0:
             time.sleep(delay)
         self._mark = time.perf_counter()
-
-    def execute_run(self, scheduler: Scheduler, outputs: SchedulerOutputs, next_arrival_time: float,
-                    memory: MemoryStats | None) -> int:
-        """0: a real model runs every iteration (no fast-forward)."""
-        return 0
 
     def execute(self, scheduler: Scheduler, outputs: SchedulerOutputs) -> bool:
         """The engine's step: run the scheduled iteration ``outputs`` on the model (module docstring).

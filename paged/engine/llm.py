@@ -210,7 +210,7 @@ class LLM:
         self.kv_cache = PagedKVCache(num_layers, num_gpu_blocks, block_size, num_kv_heads, head_size, self.dtype,
                                      self.device, num_cpu_blocks=num_cpu_blocks)
         self.bytes_per_slot = PagedKVCache.bytes_per_block(num_layers, 1, num_kv_heads, head_size, self.dtype)
-        self.kv_manager = make_kv_manager(kv_manager, num_gpu_blocks * block_size, block_size=block_size,
+        self.kv_manager = make_kv_manager(kv_manager, num_gpu_blocks, block_size,
                                           max_seq_len=self.max_model_len, num_cpu_blocks=num_cpu_blocks if paged else 0,
                                           watermark=watermark, contiguous_block_size=block_size,
                                           enable_prefix_caching=enable_prefix_caching)

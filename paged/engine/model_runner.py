@@ -242,7 +242,7 @@ def _attention_name_setter(config) -> Callable[[str], None]:
 
 
 @contextmanager
-def _attn_implementation(config, set_name: Callable[[str], None], name: str):
+def _using_attention(config, set_name: Callable[[str], None], name: str):
     previous = config._attn_implementation
     set_name(name)
     try:
@@ -345,6 +345,6 @@ class ModelRunner:
                 meta = StepMetadata(cache, False, slots, block_tables=table, context_lens=lens,
                                     max_context_len=max(context_lens))
             last = 0  # every token is its sequence's last: logits of all rows, no gather
-        with _attn_implementation(self.model.config, self._set_attention_name, ATTN_IMPLEMENTATION):
+        with _using_attention(self.model.config, self._set_attention_name, ATTN_IMPLEMENTATION):
             out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=last, paged_step=meta)
         return out.logits[0].float()

@@ -1,35 +1,15 @@
 """The experiments (§6, §7): one package per notebook, the notebooks' machinery, the paper's numbers.
 
-The top of the library: drivers turn runs of the simulator and the engine into the paper's
-tables and figures. Notebooks hold parameters, a few calls into these modules and the figures.
-Layout (which file holds what):
+The top of the library: drivers turn runs of the simulator and the engine into the paper's tables and
+figures; notebooks hold parameters, a few calls into these modules and the figures.
 
-* ``notebook/`` (infrastructure, imports no notebook package): ``parameters.py`` (papermill
-  parameter checks), ``kernel.py`` (the kernel notebook runs start: this interpreter's),
-  ``papermill_engine.py`` (papermill ``--engine paged``), ``progress.py`` (progress bars of long
-  steps), ``outputs.py`` (what an executed notebook must not hold), ``quick.py`` (``make quick``),
-  ``plotting.py`` (figure style, saving, metadata),
-  ``manifest.py`` (the figures a run wrote), ``report.py`` (the report of executed notebooks),
-  ``claims.py`` (README.md's claims table from the figures' CSVs), ``tables.py`` (tables shown whole),
-  ``sweep.py`` (papermill sweeps, parallel jobs), ``paper.py`` (every number of the paper the
-  notebooks compare with);
-* ``serving/`` (simulated serving shared by notebooks 02, 03, 05; imports no notebook package):
-  ``point.py`` (one simulated run and its metrics, the systems, the thresholds), ``sweeps.py``
-  (many points in parallel, known rows reused), ``sustained.py`` (saturated throughput, the
-  sustained-rate search), ``run_length.py`` (paper-length traces, convergence, early stop);
-* ``nb00_tour/``: ``tour.py`` (the steps of the tour), ``tour_figures.py``, ``explorer.py``;
-* ``nb01_fragmentation/``: ``fragmentation.py`` (Fig. 2, waste vs block size), ``workloads.py``
-  (Fig. 11, trace lengths);
-* ``nb02_sharing/``: ``sharing.py`` (Fig. 14-16 runs), ``sharing_figures.py``, ``comparison.py``
-  (the paper-vs-this-run table);
-* ``nb03_throughput/``: ``throughput.py`` (Fig. 12/13/17 runs, ratio tables, host-cost
-  sensitivity), ``efficiency_sensitivity.py`` (the efficiency-factor panel), ``throughput_figures.py``,
-  ``comparison.py`` (the paper-vs-this-run table);
-* ``nb04_kernel/``: ``kernel.py`` (Fig. 18a runs, roofline, figure);
-* ``nb05_engine/``: ``engine.py`` (interleaved rounds on the real-model engine),
-  ``hf_baselines.py``, ``engine_profile.py``, ``validation.py`` (the simulator checked against the engine);
-* ``nb06_today/``: ``today.py`` (today's GQA / MQA models on A100, H100, H200 and L4),
-  ``iteration_bounds.py`` (what bounds a run's iterations: compute, prefills, KV reads, host).
+* ``notebook/``: the notebooks' machinery (papermill parameters and engine, figure style and saving,
+  the manifest, the report, the claims table, sweeps, every number of the paper in ``paper.py``);
+* ``serving/``: simulated serving shared by several notebooks (one run and its metrics, sweeps of runs,
+  the sustained-rate search, paper-length runs);
+* ``nbNN_<name>/``: one package per notebook ``notebooks/NN_<name>.ipynb``: its runs, its figures and
+  its paper-vs-this-run table.
 
-Notebook packages import the infrastructure, ``serving`` and (without cycles) one another.
+The infrastructure imports no notebook package; notebook packages import it, ``serving`` and (without
+cycles) one another. docs/architecture.md says which file holds what.
 """

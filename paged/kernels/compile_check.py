@@ -306,7 +306,7 @@ def compiled_variants() -> list[dict]:
     if kernel.INTERPRETED:
         return []
     found = []
-    for fn in (kernel._paged_attention_decode_kernel, kernel._paged_attention_reduce_kernel):
+    for fn in (kernel.paged_attention_decode_kernel, kernel.paged_attention_reduce_kernel):
         for device, (cache, *_rest) in list(fn.device_caches.items()):
             for compiled in cache.values():
                 names = fn.arg_names

@@ -198,18 +198,18 @@ class CPUKernel:
         compile_seconds: how long this process spent compiling it (0.0 when it was cached).
     """
 
-    __slots__ = ("path", "compile_seconds", "_lib", "_call", "_call_threads", "_path")
+    __slots__ = ("path", "compile_seconds", "_lib", "call", "call_threads", "_path")
 
     def __init__(self, path: Path, compile_seconds: float = 0.0) -> None:
         self.path, self.compile_seconds = Path(path), compile_seconds
         self._lib = lib = ctypes.CDLL(str(path))
         pointer, i64 = ctypes.c_void_p, ctypes.c_int64
-        self._call = lib.paged_attention_cpu
-        self._call.argtypes = [pointer, pointer, pointer, pointer, pointer]
-        self._call.restype = ctypes.c_int
-        self._call_threads = lib.paged_attention_cpu_threads
-        self._call_threads.argtypes = [pointer, pointer, pointer, pointer, pointer, i64]
-        self._call_threads.restype = ctypes.c_int
+        self.call = lib.paged_attention_cpu
+        self.call.argtypes = [pointer, pointer, pointer, pointer, pointer]
+        self.call.restype = ctypes.c_int
+        self.call_threads = lib.paged_attention_cpu_threads
+        self.call_threads.argtypes = [pointer, pointer, pointer, pointer, pointer, i64]
+        self.call_threads.restype = ctypes.c_int
         self._path = lib.paged_attention_cpu_path
         self._path.argtypes = [i64, i64]
         self._path.restype = ctypes.c_int
@@ -394,10 +394,10 @@ def paged_attention_cpu(query: torch.Tensor, key_cache: torch.Tensor, value_cach
         plan.num_threads = plan.max_threads if read >= MIN_PARALLEL_BYTES else 1
         plan.signature = signature
     if plan.num_threads > 1:
-        rc = plan.kernel._call_threads(plan.address, query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(),
+        rc = plan.kernel.call_threads(plan.address, query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(),
                                        out.data_ptr(), plan.num_threads)
     else:
-        rc = plan.kernel._call(plan.address, query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(),
+        rc = plan.kernel.call(plan.address, query.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(),
                                out.data_ptr())
     if rc:
         raise RuntimeError(f"CPU decode kernel: {_ERRORS.get(rc, rc)}")

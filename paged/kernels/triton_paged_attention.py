@@ -56,7 +56,7 @@ __all__ = ["paged_attention_triton", "plan_paged_attention", "KernelLaunch", "us
 
 @triton.jit(do_not_specialize=["queries_per_kv", "stride_bt_seq", "max_num_partitions"],
             do_not_specialize_on_alignment=["query_ptr", "block_tables_ptr", "context_lens_ptr"])
-def _paged_attention_decode_kernel(
+def paged_attention_decode_kernel(
     out_ptr,  # [num_seqs, num_heads, head_size], query dtype; written by the single-pass path
     part_out_ptr,  # [num_seqs, num_heads, max_num_partitions, head_size] fp32, split-K only
     part_max_ptr,  # [num_seqs, num_heads, max_num_partitions] fp32 (running max m), split-K only
@@ -173,7 +173,7 @@ def _paged_attention_decode_kernel(
 
 
 @triton.jit(do_not_specialize=["max_num_partitions"], do_not_specialize_on_alignment=["context_lens_ptr"])
-def _paged_attention_reduce_kernel(
+def paged_attention_reduce_kernel(
     out_ptr,  # [num_seqs, num_heads, head_size], query dtype
     part_out_ptr,  # [num_seqs, num_heads, max_num_partitions, head_size] fp32
     part_max_ptr,  # [num_seqs, num_heads, max_num_partitions] fp32
@@ -221,7 +221,7 @@ def _paged_attention_reduce_kernel(
 
 
 #: True when the kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1 at import time).
-INTERPRETED = isinstance(_paged_attention_decode_kernel, InterpretedFunction)
+INTERPRETED = isinstance(paged_attention_decode_kernel, InterpretedFunction)
 
 
 @functools.lru_cache(maxsize=None)
@@ -335,7 +335,7 @@ def plan_paged_attention(
     else:
         part_max = part_sum = part_out = out  # unused placeholders
     decode = KernelLaunch(
-        _paged_attention_decode_kernel,
+        paged_attention_decode_kernel,
         (num_seqs, num_kv_heads, max_num_partitions),
         (out, part_out, part_max, part_sum,
          query, key_cache, value_cache, block_tables, context_lens,
@@ -363,7 +363,7 @@ def plan_paged_attention(
     if not split_k:
         return out, [decode]
     reduce = KernelLaunch(
-        _paged_attention_reduce_kernel,
+        paged_attention_reduce_kernel,
         (num_seqs, num_heads, 1),
         (out, part_out, part_max, part_sum, context_lens, out.stride(0), out.stride(1), max_num_partitions),
         dict(HEAD_SIZE=head_size, HEAD_PAD=head_pad, PARTITION_SIZE=partition_size, CHUNK=REDUCE_CONFIG.tile),

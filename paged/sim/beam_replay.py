@@ -22,7 +22,7 @@ Replay, and what it assumes:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 from paged.workloads import data_path
@@ -40,12 +40,6 @@ class BeamTrace:
 
     width: int
     steps: tuple[tuple[int, ...], ...]
-    #: ``_moves[j]``: :meth:`moves` of recorded step ``j``, computed once from :attr:`steps`.
-    _moves: tuple = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_moves", tuple(_step_moves(j, self.width, parents)
-                                                 for j, parents in enumerate(self.steps)))
 
     def parents(self, step: int) -> tuple[int, ...]:
         """The parents of step ``step`` (≥ 0), repeating the recording past its end (module docstring). O(1)."""
@@ -53,29 +47,6 @@ class BeamTrace:
         if step < len(steps):
             return steps[step]
         return steps[1 + (step - 1) % (len(steps) - 1)]
-
-    def moves(self, step: int) -> tuple[int, tuple[int, ...], tuple[tuple[int, bool], ...]]:
-        """Step ``step`` (≥ 0) of :meth:`parents` as the moves that carry it out:
-        ``(candidates before, dropped, targets)``. ``candidates before`` is 1 at step 0 (the prompt's
-        sequence) and the width after; ``dropped`` are the indices, ascending, of the candidates no new
-        candidate continues; ``targets[c] = (p, fork)`` says new candidate ``c`` continues candidate
-        ``p`` itself (``fork`` False: the first child of ``p``) or a fork of it (True: a later child). O(1)."""
-        moves = self._moves
-        if step < len(moves):
-            return moves[step]
-        return moves[1 + (step - 1) % (len(moves) - 1)]
-
-
-def _step_moves(step: int, width: int, parents: tuple[int, ...]) -> tuple:
-    """:meth:`BeamTrace.moves` of recorded step ``step`` with these ``parents``. O(width)."""
-    count = 1 if step == 0 else width
-    kept = set(parents)
-    seen: set[int] = set()
-    targets = []
-    for p in parents:
-        targets.append((p, p in seen))
-        seen.add(p)
-    return count, tuple(i for i in range(count) if i not in kept), tuple(targets)
 
 
 @lru_cache(maxsize=2)

@@ -20,7 +20,7 @@ tensor parallelism (each GPU holds ``1/g`` of every weight matrix and of the KV 
   step's inputs (token ids, positions, slot mapping, block tables). All of them scale together with
   ``cpu_scale`` (0: none, 1: the sourced values, 2: twice them) for the sensitivity study;
   FasterTransformer's C++ loop with sampling on the GPU has none of them (``cpu_scale=0``, set by
-  :func:`paged.experiments.serving.cost_model_for`);
+  :meth:`paged.sim.config.ServingConfig.cost_model`);
 * **swapping** (§4.5): one PCIe copy per block per layer for K and for V, each with a fixed
   issue latency, so small blocks swap slowly (§7.3, Fig. 19a);
 * **recomputation** is simply the prefill of prompt + generated tokens;
@@ -211,7 +211,7 @@ class CostModel(IterationCostModel):
 
     model: ModelSpec
     server: ServerSpec
-    block_size: int = 16
+    block_size: int
     paged_kernel: bool = True
     cpu_scale: float = 1.0
     memory_efficiency: float = MEMORY_EFFICIENCY
@@ -224,10 +224,15 @@ class CostModel(IterationCostModel):
         return kv_cache_slots(self.model, self.server.kv_cache_bytes, self.block_size)
 
     @property
+    def num_kv_blocks(self) -> int:
+        """KV blocks of ``block_size`` tokens the server holds (blocks)."""
+        return self.num_kv_slots // self.block_size
+
+    @property
     def _bw(self) -> float:
         return self.server.hbm_bytes_per_s * self.memory_efficiency
 
-    def _linear_time(self, num_tokens: int, num_logits: int) -> float:
+    def linear_time(self, num_tokens: int, num_logits: int) -> float:
         """Roofline time of every weight matrix for ``num_tokens`` tokens (seconds)."""
         m, g = self.model, self.server.num_gpus
         embed = m.embedding_params
@@ -281,7 +286,7 @@ class CostModel(IterationCostModel):
         m, g = self.model, self.server.num_gpus
         kv_read = context_tokens * m.kv_bytes_per_token / g / self._bw * self.attention_slowdown
         entries = context_tokens / self.block_size + num_seqs
-        return (self._linear_time(num_seqs, num_seqs) + self._fixed_time(num_seqs) + kv_read
+        return (self.linear_time(num_seqs, num_seqs) + self._fixed_time(num_seqs) + kv_read
                 + self.host_time(num_seqs, num_seqs, entries))
 
     def decode_time_of(self, num_seqs: int) -> Callable[[int], float]:
@@ -293,7 +298,7 @@ class CostModel(IterationCostModel):
         if type(self).decode_time is not CostModel.decode_time:
             return partial(self.decode_time, num_seqs)
         m, g = self.model, self.server.num_gpus
-        base = self._linear_time(num_seqs, num_seqs) + self._fixed_time(num_seqs)
+        base = self.linear_time(num_seqs, num_seqs) + self._fixed_time(num_seqs)
         kv_bytes, bw, slowdown, bs = m.kv_bytes_per_token, self._bw, self.attention_slowdown, self.block_size
         cpu = self.cpu_scale
         if not cpu:  # host_time is 0.0
@@ -314,7 +319,7 @@ class CostModel(IterationCostModel):
         attn_flops = sum(2 * m.num_layers * m.attention_flops_width * p * p for p in prompt_lens)
         attn = attn_flops / g / (self.server.peak_flops * self.compute_efficiency)
         kv_write = n * m.kv_bytes_per_token / g / self._bw
-        return (self._linear_time(n, len(prompt_lens)) + attn + kv_write + self._fixed_time(n)
+        return (self.linear_time(n, len(prompt_lens)) + attn + kv_write + self._fixed_time(n)
                 + self.host_time(len(prompt_lens), n, 0))
 
     def kv_copy_time(self, num_tokens: int) -> float:
@@ -346,8 +351,8 @@ class CostModel(IterationCostModel):
         return copies * (SWAP_COPY_LATENCY_S + copy_bytes / self.server.pcie_bytes_per_s)
 
 
-def get_cost_model(model, *, gpu: str | None = None, tp: int | None = None, max_seq_len: int | None = None,
-                   block_size: int = 16, paged_kernel: bool = True, cpu_scale: float = 1.0,
+def get_cost_model(model, *, block_size: int, gpu: str | None = None, tp: int | None = None,
+                   max_seq_len: int | None = None, paged_kernel: bool = True, cpu_scale: float = 1.0,
                    memory_efficiency: float = MEMORY_EFFICIENCY,
                    compute_efficiency: float = COMPUTE_EFFICIENCY) -> CostModel:
     """The cost model of ``model`` on a server: a Table 1 preset (``opt-13b``, ``opt-66b``,

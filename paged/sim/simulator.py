@@ -1,59 +1,21 @@
-"""Simulated serving: the real scheduler and KV cache managers, with time from a model.
+"""Simulated serving: the real scheduler and KV cache managers, with time from a model (§6).
 
 Memory behaviour is never modelled: every block or reservation comes from the real
 :class:`paged.core.scheduler.Scheduler` and KV cache manager. Only the duration of each iteration is
-modelled, by an ``iteration_time(outputs) -> seconds`` callable (a GPU cost model, or a constant
-when only memory matters).
+modelled, by an ``iteration_time(outputs) -> seconds`` callable (a GPU cost model, or a constant when
+only memory matters).
 
 The loop is the one the real engine runs (:class:`paged.core.serving_loop.ServingLoop`), with the
 simulated executor (:class:`paged.sim.executor.SimulatedExecutor`): per iteration, admit the requests
 that have arrived, ask the scheduler for a prefill or decode iteration, record where KV memory is
-(while requests wait), advance the clock by the iteration's time, give every scheduled sequence one
-new token, and retire finished requests.
+(while requests wait), advance the clock by the iteration's time, give every scheduled sequence one new
+token, and retire finished requests. An hour of traffic at the paper's rates runs through the fast path
+(:mod:`paged.sim.fast`: the same decisions, the same numbers, batched), when the manager is a fast one.
 
-Fast-forward (:mod:`paged.sim.fast_forward`): when the time model has a ``decode_time(num_seqs,
-context_tokens)`` method (a :class:`paged.sim.cost_model.CostModel`), a decode iteration in which
-nothing else happens starts a *run*: the next ``k - 1`` iterations are the same decode batch
-with no arrival, no finish before the last one, no preemption, no swap and enough free blocks
-for every block-boundary crossing. The run is applied at once: each sequence gains ``k`` tokens
-(its blocks allocated in one call), the clock advances by the same per-iteration times added in
-the same order, and the memory sums are added in closed form, so the result is exactly the
-step-by-step loop's (``tests/sim/test_simulator.py`` checks it).
-
-Decode calendar (:mod:`paged.sim.decode_calendar`): when the memory breakdown is not recorded and no request
-replays a beam search, the loop is a :class:`~paged.sim.decode_calendar.CalendarServingLoop`: token counts follow a
-global decode counter, and a decode step touches only the requests that cross a block boundary or finish
-in it, so a step costs O(changes), not O(running sequences) (at paged's knee, where a request arrives
-every iteration or two, the fast-forward's runs are one iteration long). It serves single sequences,
-parallel samples (after the first decode, which copies the prompt's shared last block on write, the
-samples advance in lock-step; on the paged manager their blocks are held in the manager and written into
-their tables only when something reads them) and requests sharing a prefix (reserved, or found by prefix
-caching). Beam searches have their own calendar (:mod:`paged.sim.beam_calendar`): each group's memory per
-step, which depends only on the recorded search, the step and the prompt's offset in its last block
-(:mod:`paged.sim.beam_blocks`), is added to a timeline when it joins the batch, so a decode iteration
-reads one column whatever the number of groups. Both keep the real scheduler deciding every admission
-and preemption and the real manager holding the right number of blocks whenever anything reads it; the
-same steps, the same numbers (``tests/sim/test_decode_calendar.py``, ``tests/sim/test_beam_calendar.py``),
-only physical block ids and forked sequences' ids differ. Both record the KV blocks held with and without
-sharing (``record_sharing``, Fig. 15) as the step-by-step loop reads them at every iteration: the blocks in use
-from the manager's exact free pool plus what a run's iterations take, the blocks without sharing from the
-token counts (every sequence's table holds ``ceil(tokens / block_size)`` blocks, candidates and samples
-alike), a run of decode iterations summed in closed form. The step-by-step :class:`ServingLoop` is the
-reference (the tests refuse both calendars to run it).
-
-Sequence groups (§4.4, :func:`groups_from_trace`): a request may run ``n`` parallel samples (they
-share the prompt's blocks; the shared, partly filled last block is copied on write, one copy per
-writer but the last), or a beam search of width ``k`` that replays a search the real engine recorded
-(:mod:`paged.sim.beam_replay`: candidates fork from their parents, dropped candidates free their
-blocks), and requests with a shared prefix (``prefix_len``) share its blocks.
-
-Measured (``make bench-sim``, paper-length runs of notebook 02, against the step-by-step loop with its
-fast-forward; load 0.7–1.0): beam search of width 6 on paged 8.5× faster (11.8 s → 1.4 s), on Orca
-(Oracle) 6.7×, 6 parallel samples 3.5×, Fig. 16's shared 5-shot prefix 1.3× (admission-bound: its requests
-are short); Fig. 14's sustained-rate searches at the full hour 5.2×. Recording sharing (Fig. 15, against
-the step-by-step loop without fast-forward, Alpaca at 4 req/s, the full hour; load 0.8–1.0): beam search of
-width 6 11.0× (10.2 s → 0.92 s), 6 parallel samples 4.5×; notebook 02's ``memory_saving`` (its 12 runs, 2
-workers) 32.7 s → 4.6 s. docs/benchmarks.md has the spreads.
+Sequence groups (§4.4, :func:`groups_from_trace`): a request may run ``n`` parallel samples (they share
+the prompt's blocks; the shared, partly filled last block is copied on write, one copy per writer but
+the last), or a beam search of width ``k`` that replays a search the real engine recorded
+(:mod:`paged.sim.beam_replay`); requests with a shared prefix (``prefix_len``) share its blocks.
 """
 
 from __future__ import annotations
@@ -64,15 +26,16 @@ from operator import attrgetter
 from collections.abc import Callable, Sequence as Seq
 from dataclasses import dataclass
 
+from paged.block.manager import PagedKVCacheManager
 from paged.core.kv_cache_manager import KVCacheManager
 from paged.core.scheduler import Scheduler, SchedulerOutputs
 from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop, ServingResult
+from paged.sim import fast
 from paged.sim.beam_replay import BeamTrace, beam_trace
-from paged.sim.beam_calendar import BeamCalendarServingLoop
-from paged.sim.beam_calendar import applies as beam_applies
-from paged.sim.decode_calendar import CalendarServingLoop, applies
+from paged.sim.cost_model import CostModel
 from paged.sim.executor import SimulatedExecutor
+from paged.sim.iteration_cost import IterationCostModel
 
 __all__ = ["simulate", "groups_from_trace", "gc_paused", "SimSequenceGroup", "SHARED_PREFIX_MODES"]
 
@@ -166,7 +129,6 @@ def simulate(
     max_num_batched_tokens: int = 2048,
     preemption_mode: str = "recompute",
     record_memory: bool = True,
-    fast_forward: bool = True,
     n: int = 1,
     beam_width: int = 1,
     shared_prefix: str = "reserved",
@@ -174,6 +136,12 @@ def simulate(
     on_finish: Callable[[list[SequenceGroup]], None] | None = None,
 ) -> ServingResult:
     """Serve ``trace`` with the real scheduler over ``kv_manager``; time from ``iteration_time``.
+
+    A manager built by the fast path (:func:`paged.sim.fast.make_kv_manager`, what
+    :meth:`paged.sim.config.ServingConfig.kv_manager` builds while the switch is on) with a time model
+    (:class:`~paged.sim.iteration_cost.IterationCostModel`) is served by the fast loops
+    (:func:`paged.sim.fast.serving_loop`); any other by the reference loop, one iteration at a time.
+    The results are the same.
 
     Args:
         trace: requests with ``prompt_len``, ``output_len`` (tokens) and ``arrival_time``
@@ -183,14 +151,10 @@ def simulate(
         max_num_seqs, max_num_batched_tokens, preemption_mode: passed to the
             :class:`~paged.core.scheduler.Scheduler`.
         record_memory: record the KV memory breakdown at each iteration while requests wait.
-        fast_forward: apply runs of unchanging decode iterations at once, and serve with the decode or
-            beam calendar where one applies (module docstring); used only when ``iteration_time`` has a
-            ``decode_time`` method. Same results.
         n, beam_width, shared_prefix: the requests' sequence groups (:func:`groups_from_trace`):
             parallel samples, beam search replaying recorded searches, how a shared prefix is shared.
         record_sharing: record the KV blocks held with and without sharing at every iteration
-            (``result.sharing``, Fig. 15): by the calendars where they apply, otherwise by the step-by-step
-            loop, which then steps one iteration at a time (no fast-forward). Same results either way.
+            (``result.sharing``, Fig. 15).
         on_finish: called with the groups that finished after each iteration (their
             ``finished_time`` is the clock); an exception it raises stops the run and propagates.
 
@@ -201,14 +165,18 @@ def simulate(
     Raises:
         RequestTooLargeError: if a request could never fit in the KV cache or runs more sequences
             than ``max_num_seqs``.
-        ValueError: on an empty prompt or output, or bad group settings (:func:`groups_from_trace`).
+        ValueError: on an empty prompt or output, bad group settings (:func:`groups_from_trace`), or a
+            cost model whose paged kernel has another block size than the manager.
+        InvalidTimeError: if the time model gives a negative, NaN or infinite time.
     """
-    scheduler = Scheduler(
-        kv_manager,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        preemption_mode=preemption_mode,
-    )
+    if isinstance(iteration_time, CostModel) and iteration_time.paged_kernel and \
+            isinstance(kv_manager, PagedKVCacheManager) and iteration_time.block_size != kv_manager.block_size:
+        raise ValueError(f"the cost model prices blocks of {iteration_time.block_size} tokens but the KV cache "
+                         f"manager's blocks hold {kv_manager.block_size}")
+    on_fast_path = fast.is_fast(kv_manager)
+    scheduler = (fast.FastScheduler if on_fast_path else Scheduler)(
+        kv_manager, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        preemption_mode=preemption_mode)
     with gc_paused():  # building the groups and the loop make no reference cycles
         groups = groups_from_trace(trace, n=n, beam_width=beam_width, shared_prefix=shared_prefix)
         for group in groups:  # reject impossible requests before any work is done
@@ -217,17 +185,16 @@ def simulate(
                     f"request {group.request_id!r}: prompt_len={group.prompt_len}, "
                     f"output_len={group.output_len}; both must be ≥ 1"
                 )
-        executor = SimulatedExecutor(iteration_time, fast_forward=fast_forward,
-                                     first_fork_id=sum(len(g.seqs) for g in groups))
-        recording = dict(record_memory=record_memory, record_sharing=record_sharing)
-        if applies(groups, kv_manager, executor, **recording):
-            loop_class = CalendarServingLoop
-        elif beam_applies(groups, kv_manager, executor, **recording):
-            loop_class = BeamCalendarServingLoop
+        first_fork_id = sum(len(g.seqs) for g in groups)
+        recording = dict(record_memory=record_memory, record_sharing=record_sharing, on_finish=on_finish)
+        if on_fast_path:
+            executor = fast.FastSimulatedExecutor(iteration_time, first_fork_id=first_fork_id)
         else:
-            loop_class = ServingLoop
-        loop = loop_class(scheduler, executor, groups, record_memory=record_memory, record_sharing=record_sharing,
-                          on_finish=on_finish)
+            executor = SimulatedExecutor(iteration_time, first_fork_id=first_fork_id)
+        if on_fast_path and isinstance(iteration_time, IterationCostModel):
+            loop = fast.serving_loop(scheduler, executor, groups, **recording)
+        else:
+            loop = ServingLoop(scheduler, executor, groups, **recording)
         result = loop.run()
     result.kv_copy_tokens, result.kv_copy_seconds = executor.copied_tokens, executor.copy_seconds
     result.cow_blocks, result.cow_seconds = executor.cow_blocks, executor.cow_seconds

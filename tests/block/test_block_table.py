@@ -143,10 +143,10 @@ def test_physical_blocks_is_a_copy():
     assert table.num_blocks == 2
 
 
-def test_from_blocks_checks_count():
+def test_a_table_over_given_blocks_checks_their_count():
     alloc = BlockAllocator(4, 4)
     with pytest.raises(ValueError):
-        BlockTable.from_blocks(alloc, [alloc.allocate()], 5)
+        BlockTable(alloc, [alloc.allocate()], 5)
 
 
 @pytest.mark.parametrize("bad", [1.5, True, "3", None])
@@ -164,39 +164,6 @@ def test_table_needs_an_allocator_and_owned_blocks():
         BlockTable(None)
     alloc = BlockAllocator(8, 4)
     with pytest.raises(ValueError, match="physical block 7 is free"):
-        BlockTable.from_blocks(alloc, [7], 3)
+        BlockTable(alloc, [7], 3)
     with pytest.raises(ValueError, match="out of range"):
-        BlockTable.from_blocks(alloc, [99], 3)
-
-
-def test_try_grow_to_grows_or_changes_nothing():
-    alloc, table = make(num_blocks=3, block_size=4)
-    assert table.try_grow_to(5) == [] and table.num_tokens == 5 and table.num_blocks == 2
-    assert table.try_grow_to(7) == [] and table.num_blocks == 2  # inside the last block
-    assert table.try_grow_to(13) is None  # needs a fourth block: refused, nothing changed
-    assert table.num_tokens == 7 and table.num_blocks == 2 and alloc.num_free_blocks == 1
-    child = table.fork()  # the last block is now shared: the next token copies it
-    assert len(child.try_grow_to(8)) == 1 and child.num_tokens == 8
-
-
-@pytest.mark.parametrize("bad,error", [(5.5, TypeError), (6.0, TypeError), (float("nan"), TypeError), ("9", TypeError),
-                                       (None, TypeError), (True, TypeError), (2, ValueError)])
-def test_try_grow_to_refuses_a_bad_count_before_changing_anything(bad, error):
-    _, table = make()
-    table.append_tokens(5)
-    with pytest.raises(error):
-        table.try_grow_to(bad)
-    assert table.num_tokens == 5 and table.num_blocks == 2
-
-
-def test_grow_to_says_what_it_did():
-    alloc, table = make(num_blocks=3, block_size=4)
-    copies = []
-    assert table.grow_to(3, copies) == 1 and table.num_blocks == 1  # took a block
-    assert table.grow_to(4, copies) == 0 and table.num_tokens == 4  # inside the private last block
-    assert table.grow_to(13, copies) == -1 and table.num_tokens == 4  # needs a fourth block: refused
-    assert table.grow_to(6, copies) == 1 and table.num_blocks == 2 and copies == []
-    child = table.fork()  # the last block is now shared: the next token copies it
-    assert child.grow_to(7, copies) == 1 and copies == [(table.last_block, child.last_block)]
-    table.check_invariants()
-    child.check_invariants()
+        BlockTable(alloc, [99], 3)

@@ -5,36 +5,25 @@ import pytest
 from paged.block.free_queue import FreeBlockQueue
 
 
-def test_starts_with_every_block_in_order():
+def test_starts_empty():
     q = FreeBlockQueue(5)
-    assert list(q) == [0, 1, 2, 3, 4] and len(q) == 5
-
-
-def test_pop_remove_push():
-    q = FreeBlockQueue(5)
-    assert q.popleft() == 0
-    q.remove(3)  # from the middle
-    assert list(q) == [1, 2, 4] and len(q) == 3
-    q.push_back(3)
-    q.push_front(0)
-    assert list(q) == [0, 1, 2, 4, 3]
-    for expected in (0, 1, 2, 4, 3):
-        assert q.popleft() == expected
-    with pytest.raises(IndexError):
-        q.popleft()
-    q.push_back(2)
-    q.push_front(1)
-    assert list(q) == [1, 2] and len(q) == 2
-
-
-def test_an_empty_queue_and_extend():
-    q = FreeBlockQueue(5, filled=False)
     assert list(q) == [] and len(q) == 0
     with pytest.raises(IndexError):
         q.popleft()
-    q.extend([3, 1])
-    q.extend([])
-    q.push_back(4)
-    assert list(q) == [3, 1, 4] and len(q) == 3
-    q.remove(1)
-    assert q.popleft() == 3 and list(q) == [4]
+
+
+def test_pop_remove_push_in_lru_order():
+    q = FreeBlockQueue(5)
+    for block in (3, 1, 4, 0):
+        q.push_back(block)
+    assert list(q) == [3, 1, 4, 0] and len(q) == 4
+    q.remove(4)  # from the middle: a cache hit on a free block
+    assert list(q) == [3, 1, 0] and len(q) == 3
+    assert q.popleft() == 3  # the least recently freed first
+    q.push_back(3)
+    assert [q.popleft() for _ in range(3)] == [1, 0, 3]
+    with pytest.raises(IndexError):
+        q.popleft()
+    q.push_back(2)
+    q.remove(2)  # the only block: head and tail at once
+    assert list(q) == [] and len(q) == 0

@@ -1,6 +1,6 @@
 """The KV cache manager contract for sharing (paper §4.2–§4.5, §6.1): groups, forks and prefix caching, every manager.
 
-The scheduler, the engine's step and the simulator's fast-forward only call the methods of
+The scheduler, the engine's step and the simulator only call the methods of
 :class:`paged.core.KVCacheManager`; these tests hold the paged manager (with and without prefix
 caching) and the contiguous Orca managers to the same promises.
 """
@@ -116,12 +116,3 @@ def test_sharing_counts(manager):
     assert 0 < in_use <= without
     if isinstance(manager, PagedKVCacheManager):
         assert (in_use, without) == (4, 16)  # four 8-token blocks shared by four samples
-
-
-def test_decode_run_usage_of_one_iteration_is_memory_usage(manager):
-    groups = [make_group(i, 5 + 3 * i, 20) for i in range(3)]
-    for g in groups:
-        admit(manager, g)
-        decode(manager, g, 1)
-    ns = [g.seqs[0].num_tokens for g in groups]
-    assert manager.decode_run_usage(groups, ns, 1) == manager.memory_usage(groups)

@@ -112,7 +112,7 @@ from paged.sim.executor import SimulatedExecutor  # noqa: E402
 def serve(manager, groups, mode, max_num_seqs=256, max_num_batched_tokens=2048):
     sched = Scheduler(manager, preemption_mode=mode, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max_num_batched_tokens)
-    return ServingLoop(sched, SimulatedExecutor(lambda out: 0.01, fast_forward=False), groups).run()
+    return ServingLoop(sched, SimulatedExecutor(lambda out: 0.01), groups).run()
 
 
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
@@ -164,7 +164,7 @@ def test_prefill_budget_counts_a_shared_prompt_once():
     out = sched.schedule()
     assert [g.request_id for g in out.scheduled_seq_groups] == [0]
     assert out.num_batched_tokens == 500 and out.prefill_token_counts() == [500]
-    cost = get_cost_model("opt-13b")
+    cost = get_cost_model("opt-13b", block_size=16)
     assert cost(out) == cost.prefill_time([500])  # the cost model counts the prompt once too
     out = sched.schedule()  # the next prefill admits the second group
     assert [g.request_id for g in out.scheduled_seq_groups] == [1]

@@ -8,6 +8,7 @@ import pytest
 from paged.core.scheduler import Scheduler
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 from paged.core.serving_loop import ServingLoop
+from paged.sim import fast
 from paged.sim.cost_model import get_cost_model
 from paged.sim.simulator import simulate
 from paged.systems import make_kv_manager
@@ -40,16 +41,13 @@ class CountingExecutor:
                     done = True
         return done
 
-    def execute_run(self, scheduler, outputs, next_arrival_time, memory):
-        return 0
-
 
 def groups(*specs):
     return [SequenceGroup(i, t, [Sequence(i, p)], o) for i, (t, p, o) in enumerate(specs)]
 
 
 def loop_for(gs, num_slots=1024, executor=None):
-    return ServingLoop(Scheduler(make_kv_manager("paged", num_slots)), executor or CountingExecutor(), gs,
+    return ServingLoop(Scheduler(make_kv_manager("paged", num_slots // 16, 16)), executor or CountingExecutor(), gs,
                        record_memory=True)
 
 
@@ -95,7 +93,7 @@ def test_a_scheduler_that_can_run_nothing_is_an_error_not_a_hang():
         def schedule(self):
             return SchedulerOutputs([], is_prefill=False)
 
-    loop = ServingLoop(Stuck(make_kv_manager("paged", 1024)), CountingExecutor(), groups((0.0, 10, 2)))
+    loop = ServingLoop(Stuck(make_kv_manager("paged", 64, 16)), CountingExecutor(), groups((0.0, 10, 2)))
     with pytest.raises(RuntimeError, match="could run no request"):
         loop.run()
 
@@ -105,7 +103,8 @@ def _trace(n=40, prompt=60, output=80, gap=0.01):
 
 
 def test_prefill_and_decode_batches_are_counted_apart():
-    result = simulate(_trace(), make_kv_manager("paged", 100_000), get_cost_model("opt-13b"), record_memory=False)
+    result = simulate(_trace(), make_kv_manager("paged", 6250, 16), get_cost_model("opt-13b", block_size=16),
+                      record_memory=False)
     assert 0 < result.num_prefill_iterations < result.num_iterations
     assert result.prefill_tokens == 40 * 60 and result.recomputed_tokens == 0
     decode_sum = result.batched_requests_sum - result.prefill_batched_requests_sum
@@ -116,19 +115,18 @@ def test_prefill_and_decode_batches_are_counted_apart():
 
 
 def test_recomputed_tokens_after_preemption():
-    manager = make_kv_manager("paged", 16 * 40, block_size=16)  # too small for the whole batch
-    result = simulate(_trace(20, 100, 200, 0.0), manager, get_cost_model("opt-13b"), record_memory=False)
+    manager = make_kv_manager("paged", 40, 16)  # too small for the whole batch
+    result = simulate(_trace(20, 100, 200, 0.0), manager, get_cost_model("opt-13b", block_size=16), record_memory=False)
     assert result.num_preemptions > 0
     assert 0 < result.recomputed_tokens < result.prefill_tokens
     assert result.prefill_tokens > 20 * 100
 
 
-@pytest.mark.parametrize("fast_forward", [True, False])
-def test_counters_do_not_depend_on_fast_forward(fast_forward):
-    a = simulate(_trace(), make_kv_manager("paged", 100_000), get_cost_model("opt-13b"), record_memory=False,
-                 fast_forward=fast_forward)
-    b = simulate(_trace(), make_kv_manager("paged", 100_000), get_cost_model("opt-13b"), record_memory=False,
-                 fast_forward=not fast_forward)
+def test_counters_do_not_depend_on_the_fast_path():
+    cost = get_cost_model("opt-13b", block_size=16)
+    a = simulate(_trace(), fast.make_kv_manager("paged", 6250, 16), cost, record_memory=False)
+    with fast.disabled():
+        b = simulate(_trace(), fast.make_kv_manager("paged", 6250, 16), cost, record_memory=False)
     assert (a.num_prefill_iterations, a.prefill_batched_requests_sum, a.prefill_tokens) == \
         (b.num_prefill_iterations, b.prefill_batched_requests_sum, b.prefill_tokens)
     assert a.busy_seconds == pytest.approx(b.busy_seconds) and a.batched_requests_seconds == pytest.approx(b.batched_requests_seconds)

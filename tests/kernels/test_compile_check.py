@@ -81,7 +81,7 @@ def test_occupancy_follows_the_cuda_rules():
 
 
 def test_cuobjdump_parse_reads_the_kernel_line():
-    text = ("Resource usage:\n Common:\n  GLOBAL:0\n Function _paged_attention_decode_kernel:\n"
+    text = ("Resource usage:\n Common:\n  GLOBAL:0\n Function paged_attention_decode_kernel:\n"
             "  REG:114 STACK:8 SHARED:0 LOCAL:0 CONSTANT[0]:488 TEXTURE:0 SURFACE:0 SAMPLER:0\n")
     assert cc._parse_resource_usage(text) == {"REG": 114, "STACK": 8, "LOCAL": 0, "SHARED": 0}
     with pytest.raises(RuntimeError, match="no resource usage"):

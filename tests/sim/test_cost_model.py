@@ -9,12 +9,12 @@ from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
 @pytest.fixture(scope="module")
 def opt13b():
-    return get_cost_model("opt-13b")
+    return get_cost_model("opt-13b", block_size=16)
 
 
 def test_table1_capacity():
-    assert get_cost_model("opt-13b").num_kv_slots == 15_728  # Table 1: 15.7K
-    assert abs(get_cost_model("opt-175b").num_kv_slots - 60_100) < 100  # Table 1: 60.1K
+    assert get_cost_model("opt-13b", block_size=16).num_kv_slots == 15_728  # Table 1: 15.7K
+    assert abs(get_cost_model("opt-175b", block_size=16).num_kv_slots - 60_100) < 100  # Table 1: 60.1K
     assert SERVERS["opt-66b"].num_gpus == 4 and SERVERS["opt-175b"].num_gpus == 8
 
 
@@ -35,7 +35,7 @@ def test_prefill_costs_more_than_one_decode_step(opt13b):
 
 
 def test_bigger_models_are_slower_per_token():
-    times = [get_cost_model(m).decode_time(32, 32 * 300) for m in ("opt-13b", "opt-66b", "opt-175b")]
+    times = [get_cost_model(m, block_size=16).decode_time(32, 32 * 300) for m in ("opt-13b", "opt-66b", "opt-175b")]
     assert times[0] < times[1] < times[2]
 
 
@@ -48,7 +48,7 @@ def test_swap_small_blocks_slow_recompute_flat(opt13b):
 
 def test_paged_kernel_overhead_and_block_size():
     paged16 = get_cost_model("opt-13b", block_size=16)
-    contiguous = get_cost_model("opt-13b", paged_kernel=False)
+    contiguous = get_cost_model("opt-13b", paged_kernel=False, block_size=16)
     assert paged16.attention_slowdown == pytest.approx(1.2)
     assert contiguous.attention_slowdown == 1.0
     assert get_cost_model("opt-13b", block_size=1).attention_slowdown > paged16.attention_slowdown
@@ -63,11 +63,11 @@ def test_call_matches_decode_time(opt13b):
 
 def test_unknown_model():
     with pytest.raises(ValueError, match="unknown model"):
-        get_cost_model("gpt-5")
+        get_cost_model("gpt-5", block_size=16)
 
 
 def test_host_costs_scale_with_the_batch_and_with_cpu_scale():
-    none, sourced, double = (get_cost_model("opt-13b", cpu_scale=s) for s in (0.0, 1.0, 2.0))
+    none, sourced, double = (get_cost_model("opt-13b", cpu_scale=s, block_size=16) for s in (0.0, 1.0, 2.0))
     for n, ctx in ((1, 100), (64, 64 * 300), (256, 256 * 300)):
         extra = sourced.decode_time(n, ctx) - none.decode_time(n, ctx)
         assert extra == pytest.approx(sourced.host_time(n, n, ctx / 16 + n))
@@ -81,7 +81,7 @@ def test_host_costs_scale_with_the_batch_and_with_cpu_scale():
 @pytest.mark.parametrize("scale", [-1.0, float("inf"), float("nan")])
 def test_bad_cpu_scale(scale):
     with pytest.raises(ValueError, match="cpu_scale"):
-        get_cost_model("opt-13b", cpu_scale=scale)
+        get_cost_model("opt-13b", cpu_scale=scale, block_size=16)
 
 
 def test_host_cost_table_lists_the_sourced_constants():
@@ -95,17 +95,17 @@ def test_efficiency_factors_have_sourced_ends_and_move_time_the_right_way():
 
     for name, (low, central, high) in EFFICIENCY_RANGES.items():
         assert 0 < low < central < high <= 1, name
-    base = get_cost_model("opt-13b")
-    assert base == get_cost_model("opt-13b", memory_efficiency=0.8, compute_efficiency=0.6)  # defaults unchanged
-    slow = get_cost_model("opt-13b", memory_efficiency=EFFICIENCY_RANGES["memory_efficiency"][0])
-    fast = get_cost_model("opt-13b", memory_efficiency=EFFICIENCY_RANGES["memory_efficiency"][2])
+    base = get_cost_model("opt-13b", block_size=16)
+    assert base == get_cost_model("opt-13b", memory_efficiency=0.8, compute_efficiency=0.6, block_size=16)  # defaults unchanged
+    slow = get_cost_model("opt-13b", memory_efficiency=EFFICIENCY_RANGES["memory_efficiency"][0], block_size=16)
+    fast = get_cost_model("opt-13b", memory_efficiency=EFFICIENCY_RANGES["memory_efficiency"][2], block_size=16)
     assert slow.decode_time(8, 4000) > base.decode_time(8, 4000) > fast.decode_time(8, 4000)
-    lo_c = get_cost_model("opt-175b", compute_efficiency=EFFICIENCY_RANGES["compute_efficiency"][0])
-    hi_c = get_cost_model("opt-175b", compute_efficiency=EFFICIENCY_RANGES["compute_efficiency"][2])
+    lo_c = get_cost_model("opt-175b", compute_efficiency=EFFICIENCY_RANGES["compute_efficiency"][0], block_size=16)
+    hi_c = get_cost_model("opt-175b", compute_efficiency=EFFICIENCY_RANGES["compute_efficiency"][2], block_size=16)
     assert lo_c.prefill_time([2000]) > hi_c.prefill_time([2000])
     for bad in (0, 1.5, True, "0.8"):
         with pytest.raises(ValueError, match="memory_efficiency must be a fraction"):
-            get_cost_model("opt-13b", memory_efficiency=bad)
+            get_cost_model("opt-13b", memory_efficiency=bad, block_size=16)
 
 
 @pytest.mark.parametrize("cpu_scale", [0.0, 1.0, 2.0])
@@ -140,6 +140,6 @@ def test_decode_time_of_follows_an_overridden_decode_time():
             calls.append((num_seqs, context_tokens))
             return CostModel.decode_time(self, num_seqs, context_tokens)
 
-    cost = get_cost_model("opt-13b")
+    cost = get_cost_model("opt-13b", block_size=16)
     counting = Counting(**{f.name: getattr(cost, f.name) for f in fields(CostModel)})
     assert counting.decode_time_of(3)(300) == cost.decode_time(3, 300) and calls == [(3, 300)]

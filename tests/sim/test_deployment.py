@@ -35,7 +35,7 @@ def test_every_gpu_cites_its_datasheet_and_decode_attention_stays_memory_bound()
 def test_table1_presets_alone_keep_table1_servers():
     for name, server in SERVERS.items():
         assert get_deployment(name) is None
-        assert get_cost_model(name).server is server
+        assert get_cost_model(name, block_size=16).server is server
 
 
 def test_kv_cache_memory_is_what_the_weights_leave():
@@ -52,12 +52,12 @@ def test_kv_cache_memory_is_what_the_weights_leave():
 
 
 def test_a_deployment_name_round_trips_through_get_cost_model():
-    cost = get_cost_model("qwen2.5-7b", gpu="H200", tp=4, max_seq_len=32768, paged_kernel=False)
+    cost = get_cost_model("qwen2.5-7b", gpu="H200", tp=4, max_seq_len=32768, paged_kernel=False, block_size=16)
     assert cost.model.name == "qwen2.5-7b@4xh200:32768"
-    again = get_cost_model(cost.model.name, paged_kernel=False)
+    again = get_cost_model(cost.model.name, paged_kernel=False, block_size=16)
     assert again == cost
-    assert get_cost_model("qwen2.5-7b@h200").server.num_gpus == 1  # tp and max length default
-    assert get_cost_model("opt-13b@1xa100-40gb").model.max_seq_len == 2048
+    assert get_cost_model("qwen2.5-7b@h200", block_size=16).server.num_gpus == 1  # tp and max length default
+    assert get_cost_model("opt-13b@1xa100-40gb", block_size=16).model.max_seq_len == 2048
 
 
 def test_the_simulator_serves_a_deployment_by_name():
@@ -70,11 +70,11 @@ def test_the_simulator_serves_a_deployment_by_name():
 def test_a_model_that_cannot_fit_is_refused_by_name_and_bytes():
     with pytest.raises(ModelDoesNotFitError, match=r"llama-3\.1-70b does not fit on 1x H100 SXM 80GB: its weights "
                                                    r"take 141,107,412,992 bytes"):
-        get_cost_model("llama-3.1-70b", gpu="h100-sxm")
+        get_cost_model("llama-3.1-70b", gpu="h100-sxm", block_size=16)
     with pytest.raises(ModelDoesNotFitError, match=r"llama-3\.1-8b on 1x L4 24GB leaves [\d,]+ bytes of KV cache, "
                                                    r"less than one 131072-token sequence needs \(17,179,869,184 bytes"):
-        get_cost_model("llama-3.1-8b", gpu="l4")
-    assert get_cost_model("llama-3.1-70b", gpu="h100-sxm", tp=4).num_kv_slots > 100_000
+        get_cost_model("llama-3.1-8b", gpu="l4", block_size=16)
+    assert get_cost_model("llama-3.1-70b", gpu="h100-sxm", tp=4, block_size=16).num_kv_slots > 100_000
     assert issubclass(ModelDoesNotFitError, ValueError)
 
 
@@ -92,7 +92,7 @@ def test_a_model_that_cannot_fit_is_refused_by_name_and_bytes():
 ])
 def test_bad_deployments_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        get_cost_model(**kwargs)
+        get_cost_model(**kwargs, block_size=16)
 
 
 def test_the_preset_names_stay_the_table1_models():

@@ -33,7 +33,7 @@ def test_a_model_that_is_not_a_name_is_refused_by_type():
     with pytest.raises(TypeError, match="model must be a preset name"):
         get_model(13)
     with pytest.raises(TypeError, match="opt-13b"):
-        get_cost_model(13)
+        get_cost_model(13, block_size=16)
     with pytest.raises(ValueError, match="unknown model 'opt-14b'"):
         get_model("opt-14b")
 
@@ -48,4 +48,4 @@ def test_get_cost_model_refuses_bad_numbers(kw, match):
     from paged.sim.cost_model import get_cost_model
 
     with pytest.raises(ValueError, match=match):
-        get_cost_model("opt-13b", **kw)
+        get_cost_model("opt-13b", **{"block_size": 16, **kw})

@@ -1,11 +1,14 @@
 """Simulated serving: every request finishes once with its length; serving metrics behave."""
 
 import pytest
+from support import managed
 from support import synthetic_trace as synthetic
 
 from paged.block.manager import PagedKVCacheManager
 from paged.contiguous import ContiguousKVCacheManager
-from paged.experiments.serving import SYSTEMS, run_system, simulate_point
+from paged.experiments.serving import SYSTEMS, simulate_point
+from paged.sim import fast
+from paged.sim.config import ServingConfig
 from paged.sim.cost_model import get_cost_model
 from paged.sim.simulator import simulate
 from paged.sim.static_batching import simulate_static_batching
@@ -16,7 +19,7 @@ from paged.workloads import Request as Req
 def test_every_request_finishes_once_with_its_length():
     trace = synthetic(80, rate=50.0)
     for system in SYSTEMS:
-        result = run_system(trace, system, "opt-13b")
+        result = ServingConfig(model="opt-13b", system=system).serve(trace)
         assert sorted(g.request_id for g in result.groups) == list(range(80))
         for g, r in zip(sorted(result.groups, key=lambda g: g.request_id), trace):
             assert g.seqs[0].num_generated == r.output_len
@@ -43,11 +46,11 @@ def test_latency_grows_with_rate_and_paged_batches_more():
 
 def test_unknown_system():
     with pytest.raises(ValueError, match="unknown system"):
-        run_system(synthetic(3), "tgi")
+        ServingConfig(system="tgi")
 
 
 def test_static_batching_sums_decode_steps_like_the_step_by_step_loop():
-    cost = get_cost_model("opt-13b", paged_kernel=False, cpu_scale=0.0)
+    cost = get_cost_model("opt-13b", paged_kernel=False, cpu_scale=0.0, block_size=16)
     trace = [Req(0, 30, 40, 0.0), Req(1, 50, 7, 0.0), Req(2, 20, 1, 0.0)]
     result = simulate_static_batching(trace, cost, max_batch_size=7)
     expected = cost.prefill_time([50] * 3) + sum(cost.decode_time(3, 3 * (50 + step)) for step in range(1, 40))
@@ -80,21 +83,27 @@ def _group_snapshot(result):
             [(g.first_token_time, g.finished_time, sorted(s.num_generated for s in g.seqs)) for g in result.groups])
 
 
-GROUP_MANAGERS = {
-    "paged16": lambda: PagedKVCacheManager(4096 // 16, 16, num_cpu_blocks=128),
-    "paged8-apc": lambda: PagedKVCacheManager(4096 // 8, 8, num_cpu_blocks=128, enable_prefix_caching=True),
-    "oracle": lambda: ContiguousKVCacheManager(4096, "oracle", max_seq_len=1024),
+GROUP_MANAGERS = {  # system, blocks, block size, settings
+    "paged16": ("paged", 4096 // 16, 16, dict(num_cpu_blocks=128)),
+    "paged8-apc": ("paged", 4096 // 8, 8, dict(num_cpu_blocks=128, enable_prefix_caching=True)),
+    "oracle": ("orca-oracle", 4096 // 16, 16, dict(max_seq_len=1024)),
 }
 
 
 @pytest.mark.parametrize("preemption", ["recompute", "swap"])
 @pytest.mark.parametrize("name", list(GROUP_MANAGERS))
 @pytest.mark.parametrize("n, beam", [(3, 1), (1, 4)], ids=["parallel3", "beam4"])
-def test_groups_fast_forward_equals_step_by_step(name, preemption, n, beam):
+def test_groups_on_the_fast_path_equal_the_reference(name, preemption, n, beam, monkeypatch):
+    """Sequence groups with the memory breakdown recorded (the fast path's step-by-step loop with
+    fast-forward) against the reference, the fast path switched off."""
     trace = synthetic(60, rate=10.0, seed=2)
-    cost = get_cost_model("opt-13b")
-    results = [simulate(trace, GROUP_MANAGERS[name](), cost, preemption_mode=preemption, fast_forward=ff,
-                        max_num_batched_tokens=1024, n=n, beam_width=beam) for ff in (True, False)]
+    system, blocks, block_size, kw = GROUP_MANAGERS[name]
+    cost = get_cost_model("opt-13b", block_size=block_size, paged_kernel=system == "paged")
+    results = []
+    for on in (True, False):
+        monkeypatch.setattr(fast, "_ENABLED", on)
+        results.append(simulate(trace, managed(system, blocks, block_size, **kw), cost, preemption_mode=preemption,
+                                max_num_batched_tokens=1024, n=n, beam_width=beam))
     assert _group_snapshot(results[0]) == _group_snapshot(results[1])
     for g, r in zip(sorted(results[0].groups, key=lambda g: g.request_id), trace):
         assert len(g.seqs) == max(n, beam) and all(s.num_generated == r.output_len for s in g.seqs)
@@ -169,23 +178,24 @@ def test_beam_replay_follows_the_recording():
 
 def test_sharing_saves_blocks_only_where_blocks_can_be_shared():
     trace = synthetic(40, rate=5.0, seed=4)
-    cost = get_cost_model("opt-13b")
+    cost = get_cost_model("opt-13b", block_size=16)
     saved = {}
-    for name, manager in (("paged", PagedKVCacheManager(cost.num_kv_slots // 16, 16)),
-                          ("oracle", ContiguousKVCacheManager(cost.num_kv_slots, "oracle", max_seq_len=2048))):
+    for name in ("paged", "orca-oracle"):
         for mode, kw in (("n4", {"n": 4}), ("beam4", {"beam_width": 4}), ("n1", {})):
-            result = simulate(trace, manager, cost, record_memory=False, record_sharing=True, **kw)
+            manager = managed(name, cost.num_kv_blocks, 16, max_seq_len=2048)
+            result = simulate(trace, manager, cost if name == "paged" else get_cost_model(
+                "opt-13b", block_size=16, paged_kernel=False), record_memory=False, record_sharing=True, **kw)
             saved[name, mode] = result.sharing.saving
     assert saved["paged", "beam4"] > saved["paged", "n4"] > 0 == saved["paged", "n1"]
-    assert saved["oracle", "n4"] == saved["oracle", "beam4"] == 0
+    assert saved["orca-oracle", "n4"] == saved["orca-oracle", "beam4"] == 0
 
 
 def test_shared_prefix_is_shared_reserved_or_found_by_the_cache():
     reqs = [PrefixedRequest(i, 120 + i % 7, 20, 0.05 * i, prefix_len=80) for i in range(30)]
-    cost = get_cost_model("llama-13b")
+    cost = get_cost_model("llama-13b", block_size=16)
     runs = {}
     for mode, caching in (("reserved", False), ("tokens", True), ("none", False)):
-        manager = PagedKVCacheManager(cost.num_kv_slots // 16, 16, enable_prefix_caching=caching)
+        manager = managed("paged", cost.num_kv_blocks, 16, enable_prefix_caching=caching)
         runs[mode] = simulate(reqs, manager, cost, shared_prefix=mode, record_memory=False, record_sharing=True)
     # 80 tokens = 5 full blocks of 16 shared by every request (reserved) or by all after the first (cache)
     assert [g.num_cached_tokens for g in runs["reserved"].groups] == [80] * 30
@@ -195,7 +205,7 @@ def test_shared_prefix_is_shared_reserved_or_found_by_the_cache():
     assert runs["reserved"].sharing.saving > 0
     # a shared prefix is computed once (cached tokens are not prefilled): less time than computing it always
     assert runs["reserved"].duration < runs["none"].duration
-    oracle = simulate(reqs, ContiguousKVCacheManager(cost.num_kv_slots, "oracle", max_seq_len=2048), cost,
+    oracle = simulate(reqs, managed("orca-oracle", cost.num_kv_blocks, 16, max_seq_len=2048), cost,
                       record_memory=False, record_sharing=True)
     assert oracle.sharing.saving == 0 and all(g.num_cached_tokens == 0 for g in oracle.groups)
 
@@ -203,13 +213,13 @@ def test_shared_prefix_is_shared_reserved_or_found_by_the_cache():
 def test_beam_copies_are_charged_contiguous_whole_kv_paged_cow_blocks():
     """§4.4: a contiguous fork copies the parent's whole KV, paged copies one block per copy-on-write;
     both are priced at the cost model's HBM bandwidth and counted in the result."""
-    cost = get_cost_model("opt-13b")
+    cost = get_cost_model("opt-13b", block_size=16)
     bytes_per_token = cost.model.kv_bytes_per_token
     assert cost.kv_copy_time(1000) == pytest.approx(2 * 1000 * bytes_per_token / (1555e9 * 0.8))
     assert cost.block_copy_time(3) == cost.kv_copy_time(48) and cost.kv_copy_time(0) == 0.0
     trace = [Req(i, 40, 30, 0.0) for i in range(4)]
-    orca = run_system(trace, "orca-oracle", "opt-13b", beam_width=4)
-    paged = run_system(trace, "paged", "opt-13b", beam_width=4)
+    orca = ServingConfig(model="opt-13b", system="orca-oracle", beam_width=4).serve(trace)
+    paged = ServingConfig(model="opt-13b", system="paged", beam_width=4).serve(trace)
     assert orca.kv_copy_tokens > 40 * 4 and orca.cow_blocks == 0  # every fork copies ≥ the prompt's KV
     assert orca.kv_copy_seconds == pytest.approx(cost.kv_copy_time(orca.kv_copy_tokens))
     assert paged.kv_copy_tokens == 0 and paged.cow_blocks > 0
@@ -217,5 +227,49 @@ def test_beam_copies_are_charged_contiguous_whole_kv_paged_cow_blocks():
     assert paged.cow_blocks * 16 < orca.kv_copy_tokens  # paged copies far less than the contiguous system
     # the copies are time: with a constant iteration time the clock is iterations plus the copies
     manager = ContiguousKVCacheManager(1 << 14, "oracle")
-    run = simulate(trace, manager, lambda out: 0.01, beam_width=4, record_memory=False, fast_forward=False)
+    run = simulate(trace, manager, lambda out: 0.01, beam_width=4, record_memory=False)
     assert run.kv_copy_tokens == orca.kv_copy_tokens and run.kv_copy_seconds == 0.0  # the lambda prices no copy
+
+
+@pytest.mark.parametrize("bad", [-0.01, float("nan"), float("inf")])
+def test_a_time_model_giving_an_impossible_time_is_refused_naming_it(bad, monkeypatch):
+    """A negative, NaN or infinite iteration time stops the run with an error naming the time model and the
+    iteration, on the reference path and on the fast path (where a run of decode iterations adds its times
+    at once), and the manager gets every block back."""
+    from dataclasses import dataclass
+
+    from paged.sim.cost_model import CostModel
+    from paged.sim.executor import InvalidTimeError
+
+    calls = [0]
+
+    def constant(outputs):  # a bare callable: the reference loop
+        calls[0] += 1
+        return bad if calls[0] == 5 else 0.01
+
+    trace = synthetic(30, rate=20.0, seed=3)
+    manager = managed("paged", 512, 16)
+    with pytest.raises(InvalidTimeError, match=r"gave .* s for iteration 5: an iteration's time must be a finite"):
+        simulate(trace, manager, constant, record_memory=False)
+    assert manager.num_used_slots == 0
+
+    @dataclass(frozen=True, slots=True)
+    class Broken(CostModel):  # a cost model whose decode steps go wrong after a while
+        def decode_time(self, num_seqs, context_tokens):
+            return bad if context_tokens > 2000 else CostModel.decode_time(self, num_seqs, context_tokens)
+
+        def decode_time_of(self, num_seqs):
+            return lambda context: self.decode_time(num_seqs, context)
+
+    cost = get_cost_model("opt-13b", block_size=16)
+    broken = Broken(cost.model, cost.server, 16)
+    for on in (True, False):
+        monkeypatch.setattr(fast, "_ENABLED", on)
+        manager = managed("paged", cost.num_kv_blocks, 16)
+        with pytest.raises(InvalidTimeError, match="the time model Broken of opt-13b gave"):
+            simulate(trace, manager, broken, record_memory=on)  # on: the fast-forward; off: the reference
+        assert manager.num_used_slots == 0
+        manager = managed("paged", cost.num_kv_blocks, 16)
+        with pytest.raises(InvalidTimeError, match="the time model Broken of opt-13b gave"):
+            simulate(trace, manager, broken, record_memory=False)  # on: the decode calendar
+        assert manager.num_used_slots == 0

@@ -246,7 +246,7 @@ def _memory_map(manager, running, num_slots: int) -> tuple[np.ndarray, np.ndarra
 def replay(trace, system: str = "paged", *, num_slots: int = 64, block_size: int = 4, max_seq_len: int = 32,
            preemption: str = "recompute", max_steps: int = 400) -> list[Step]:
     """Serve ``trace`` step by step with the real :class:`~paged.core.Scheduler` over
-    ``make_kv_manager(system, num_slots, ...)``: each step admits the requests that arrived by then,
+    ``make_kv_manager(system, num_slots // block_size, block_size, ...)``: each step admits the requests that arrived by then,
     schedules, records a :class:`Step`, gives every running sequence one token and retires the
     finished ones (the same iteration as :func:`paged.sim.simulator.simulate`, one step per time unit).
 
@@ -265,7 +265,7 @@ def replay(trace, system: str = "paged", *, num_slots: int = 64, block_size: int
             could never fit.
     """
     cpu_blocks = num_slots // block_size if system == "paged" and preemption == "swap" else 0
-    manager = make_kv_manager(system, num_slots, block_size=block_size, max_seq_len=max_seq_len,
+    manager = make_kv_manager(system, num_slots // block_size, block_size, max_seq_len=max_seq_len,
                               num_cpu_blocks=cpu_blocks, watermark=0.0)
     scheduler = Scheduler(manager, max_num_batched_tokens=max(2 * max_seq_len, 16), preemption_mode=preemption)
     groups = groups_from_trace(trace)

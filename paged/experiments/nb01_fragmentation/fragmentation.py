@@ -61,7 +61,7 @@ def memory_waste(
             cache); RequestTooLargeError if a request can never fit.
     """
     num_slots = num_slots or default_num_slots(block_size=block_size)
-    manager = make_kv_manager(system, num_slots, block_size=block_size, max_seq_len=max_seq_len)
+    manager = make_kv_manager(system, num_slots // block_size, block_size, max_seq_len=max_seq_len)
     result = simulate(trace, manager, lambda outputs: ITERATION_TIME)
     if result.memory.iterations == 0:
         raise ValueError(f"{system}: no iteration had a waiting request ({len(trace)} requests never fill the "
@@ -99,8 +99,8 @@ PART_LABELS = {"token_states": "token states", "reservation": "reservation",
                "internal": "internal fragmentation", "external": "external fragmentation & other"}
 
 
-def seed_examples() -> pd.DataFrame:
-    """The seeds' two worked examples, computed with the library's own allocators.
+def worked_examples() -> pd.DataFrame:
+    """Two worked examples of contiguous reservation against paging, computed with the library's allocators.
 
     1. One contiguous 16-slot reservation holding 7 tokens: 9 of 16 slots (56%) wasted.
     2. Five requests of 5, 13, 7, 18 and 10 tokens: 20-slot contiguous reservations take 100

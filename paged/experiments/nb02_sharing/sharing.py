@@ -258,7 +258,7 @@ def shared_prefix_sweep(rates: pd.DataFrame, *, fractions=(0.2, 0.4, 0.6, 0.8, 1
     ``fractions`` × the reserved-prefix paged system's sustained rate on each trace of ``rates``
     (:func:`shared_prefix_rates`), and of the other labels at their own sustained rate (one point;
     :data:`FIG16_CURVES`); runs as :func:`sustained_rates`, stopped at ``latency_cap`` as
-    :func:`latency_sweep`'s; ``known`` rows (with the system names of :func:`run_system`) are reused
+    :func:`latency_sweep`'s; ``known`` rows (with the system names of :func:`~paged.experiments.serving.simulate_point`) are reused
     and their finished runs join the curves, as :func:`latency_sweep`'s.
 
     Raises:

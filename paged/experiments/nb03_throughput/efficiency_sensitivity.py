@@ -17,7 +17,8 @@ from dataclasses import replace
 
 import pandas as pd
 
-from paged.experiments.serving import SATURATED_REQUESTS, cost_model_for, simulate_point
+from paged.experiments.serving import SATURATED_REQUESTS, simulate_point
+from paged.sim.config import ServingConfig
 from paged.experiments.notebook.sweep import run_jobs
 from paged.sim.cost_model import EFFICIENCY_RANGES
 from paged.systems import get_system
@@ -27,7 +28,7 @@ __all__ = ["efficiency_sensitivity"]
 
 def _peak(model: str, trace: str, system: str, factor: str | None, value: float | None, saturated_requests: int,
           seed: int, tokenizer: str) -> float:
-    cost = cost_model_for(model, system)
+    cost = ServingConfig(model=model, system=system).cost_model()
     if factor is not None:
         cost = replace(cost, **{factor: value})
     row = simulate_point(model=cost, trace=trace, system=system, rate=math.inf, num_requests=saturated_requests,

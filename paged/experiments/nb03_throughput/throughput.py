@@ -22,7 +22,7 @@ import pandas as pd
 from paged.experiments.notebook.paper import (FIG11_MEAN_LENS, FIG12_ALPACA_RATIOS, FIG12_SUSTAINED_RATIOS,
                                               FIG13_BATCHED_REQUESTS, FIG17_CHATBOT_RATIO)
 from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, THRESHOLDS, sustained_rate, sweep
-from paged.sim.cost_model import get_cost_model
+from paged.sim.config import model_name
 from paged.systems import get_system
 
 __all__ = ["workload", "capacity", "ratio_table", "sensitivity", "peak_sensitivity", "batched_requests",
@@ -181,7 +181,7 @@ def peak_sensitivity(traces, systems, *, model: str = "opt-13b", scales=(0.0, 1.
                      known: pd.DataFrame | None = None, **settings) -> pd.DataFrame:
     """Paged's saturated throughput ÷ each baseline's at each host-cost scale (cheap: one run each).
 
-    A system without host costs (FasterTransformer: :func:`~paged.experiments.serving.cost_model_for`)
+    A system without host costs (FasterTransformer: :meth:`~paged.sim.config.ServingConfig.cost_model`)
     runs once, its peak the same at every scale. ``known``: rows with ``model``, ``trace``,
     ``system``, ``cpu_scale`` and ``throughput_rps`` (e.g. :func:`capacity`'s sustained table, whose
     peaks are these saturated runs) are reused, not run again.
@@ -189,7 +189,7 @@ def peak_sensitivity(traces, systems, *, model: str = "opt-13b", scales=(0.0, 1.
     Returns:
         One row per (trace, cpu_scale, baseline): ``peak ÷`` and both peaks (req/s).
     """
-    name = get_cost_model(model).model.name
+    name = model_name(model)
 
     def key(trace, system, scale):  # a request-level system's peak does not depend on the scale
         return (trace, system, None if get_system(system).batching == "request" else float(scale))

@@ -10,7 +10,7 @@ ran, not assumed from the batch size:
   time it returns, that also adds up per iteration (prefill and decode, the simulator's fast-forwarded
   decode runs included: it prices each of their iterations) its seconds, whether its linear layers are
   compute bound (their FLOP time above the time to stream the weights, the cost model's own
-  ``_linear_time`` against its value at zero tokens), the context-dependent part of a decode step (the KV
+  ``linear_time`` against its value at zero tokens), the context-dependent part of a decode step (the KV
   reads of attention and the block tables copied to the device) and the host (CPU) seconds;
 * :func:`bound_profile`: one saturated run (every request waiting from t = 0, as the peak-throughput run
   of :func:`paged.experiments.serving.simulate_point`) of a system on a deployment through a
@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from paged.experiments.serving import cost_model_for, run_system
 from paged.experiments.serving.run_length import long_trace
+from paged.sim.config import DEFAULT_BLOCK_SIZE, ServingConfig
 from paged.sim.cost_model import CostModel
 
 __all__ = ["BoundRecorder", "bound_profile"]
@@ -56,7 +56,7 @@ class BoundRecorder(CostModel):
         return cls(**{f.name: getattr(cost, f.name) for f in fields(CostModel)})
 
     def _compute_bound(self, num_tokens: int, num_logits: int) -> bool:
-        return CostModel._linear_time(self, num_tokens, num_logits) > CostModel._linear_time(self, 0, 0)
+        return CostModel.linear_time(self, num_tokens, num_logits) > CostModel.linear_time(self, 0, 0)
 
     def decode_time(self, num_seqs: int, context_tokens: int) -> float:
         """:meth:`CostModel.decode_time`, tallied (seconds)."""
@@ -87,7 +87,7 @@ class BoundRecorder(CostModel):
 
 
 def bound_profile(deployment: str, trace: str, system: str, num_requests: int, *, seed: int = 0,
-                  block_size: int = 16, tokenizer: str = "cl100k") -> dict:
+                  block_size: int = DEFAULT_BLOCK_SIZE, tokenizer: str = "cl100k") -> dict:
     """What bounds ``system``'s saturated run of ``num_requests`` requests of ``trace`` on ``deployment``
     (all arriving at t = 0; the requests of the peak-throughput run, :func:`long_trace`).
 
@@ -99,11 +99,12 @@ def bound_profile(deployment: str, trace: str, system: str, num_requests: int, *
         and ``max_decode_batch`` (the largest decode batch reached).
 
     Raises:
-        ValueError: for an unknown deployment, trace or system (:func:`run_system`).
+        ValueError: for an unknown deployment, trace or system (:class:`~paged.sim.config.ServingConfig`).
     """
-    recorder = BoundRecorder.of(cost_model_for(deployment, system, block_size))
+    config = ServingConfig(model=deployment, system=system, block_size=block_size)
+    recorder = BoundRecorder.of(config.cost_model())
     requests = long_trace(trace, math.inf, num_requests, seed, tokenizer=tokenizer)
-    result = run_system(requests, system, recorder, block_size=block_size)
+    result = config.replace(model=recorder).serve(requests)
     t = recorder.tally
     busy = t["seconds"] or math.nan
     return {"deployment": deployment, "trace": trace, "system": system,

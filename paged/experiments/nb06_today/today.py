@@ -33,6 +33,7 @@ from paged.experiments.nb01_fragmentation.fragmentation import memory_waste_tabl
 from paged.experiments.notebook.sweep import run_jobs
 from paged.experiments.nb06_today.iteration_bounds import bound_profile
 from paged.experiments.serving import sustained_rate
+from paged.sim.config import DEFAULT_BLOCK_SIZE, ServingConfig, model_name
 from paged.sim.cost_model import get_cost_model
 from paged.sim.deployment import get_model_spec
 from paged.sim.simulator import simulate
@@ -78,7 +79,7 @@ def kv_table(models=MODELS, request_tokens: int = 2048) -> pd.DataFrame:
 
 
 def memory_breakdown(deployment: str, trace: str = "sharegpt", num_requests: int = 1000, *, seed: int = 0,
-                     block_size: int = 16, tokenizer: str = "cl100k") -> pd.DataFrame:
+                     block_size: int = DEFAULT_BLOCK_SIZE, tokenizer: str = "cl100k") -> pd.DataFrame:
     """Fig. 2's KV memory breakdown per system (:func:`paged.experiments.nb01_fragmentation.fragmentation.memory_waste_table`)
     with the KV capacity and maximum length of ``deployment``; every request waits from the start."""
     cost = get_cost_model(deployment, block_size=block_size)
@@ -95,7 +96,7 @@ def compute_bound_batch(deployment: str, slowdown: float = 1.05, limit: int = 40
     ``slowdown`` × the step of one sequence: below it a decode step is bound by reading the weights,
     above it by the linear layers' FLOPs (the GPU's roofline with the cost model's efficiencies);
     ``limit`` if not reached. O(log limit) cost-model calls."""
-    cost = get_cost_model(deployment, cpu_scale=0.0)
+    cost = get_cost_model(deployment, block_size=DEFAULT_BLOCK_SIZE, cpu_scale=0.0)
     floor = cost.decode_time(1, 0)
     lo, hi = 1, limit
     if cost.decode_time(hi, 0) <= slowdown * floor:
@@ -151,7 +152,7 @@ def _next_rate(rows: pd.DataFrame, throughput: float, threshold: float, rel_tol:
 
 def gain_table(pairs=PAIRS, trace: str = "sharegpt", *, threshold: float = 0.2, duration_scale: float = 1.0,
                guess_duration: float = 60.0, bracket: tuple = (0.96, 1.0), saturated_requests: int = 2000,
-               rel_tol: float = 0.05, lo: float = 1e-3, block_size: int = 16, tokenizer: str = "cl100k",
+               rel_tol: float = 0.05, lo: float = 1e-3, block_size: int = DEFAULT_BLOCK_SIZE, tokenizer: str = "cl100k",
                seed: int = 0, workers: int = 2, return_points: bool = False):
     """Sustained rates of paged, Orca (Oracle) and Orca (Max) at ``threshold`` s/token for each
     deployment in ``pairs`` on ``trace``, at paper-length runs, their ratios, and what bounds each system.
@@ -206,7 +207,7 @@ def gain_table(pairs=PAIRS, trace: str = "sharegpt", *, threshold: float = 0.2, 
                                   rel_tol=rel_tol, lo=lo, saturated_requests=saturated_requests, workers=workers,
                                   return_points=True, **common)
     saturated = short[short["rate"] == math.inf]
-    names = {get_cost_model(name).model.name: name for name in pairs}
+    names = {model_name(name): name for name in pairs}
     peak = {(r.model, r.system): float(r.throughput_rps) for r in guess.itertuples()}
     todo = [(r.model, r.system, r.sustained_rate * f) for r in guess.itertuples() if r.sustained_rate > 0
             for f in ((1.0,) if r.at_throughput else bracket)]  # at the peak, one passing run closes the bracket
@@ -232,7 +233,7 @@ def gain_table(pairs=PAIRS, trace: str = "sharegpt", *, threshold: float = 0.2, 
     bounds = {(p["deployment"], p["system"]): p for p in profiles}
     rows = []
     for name in pairs:
-        cost = get_cost_model(name)
+        cost = ServingConfig(model=name).cost_model()
         key = cost.model.name
         rate = {s: float(table[(table["model"] == key) & (table["system"] == s)]["sustained_rate"].iloc[0])
                 for s in SYSTEMS}

@@ -219,10 +219,6 @@ def _today(read) -> str:
     return "paged ÷ Oracle: " + ", ".join(f"{name(r)} {r.paged_over_oracle:.2f}×" for r in df.itertuples())
 
 
-def _pct(values) -> str:
-    return ", ".join(f"{v:g}%" for v in values)
-
-
 _F2 = paper.FIG2_MEMORY_PERCENT
 _F13 = paper.FIG13_BATCHED_REQUESTS["sharegpt@2"]
 _F15 = paper.FIG15_SHARING_SAVED_PERCENT

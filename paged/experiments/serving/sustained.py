@@ -19,7 +19,7 @@ from paged.experiments.notebook.sweep import run_jobs
 from paged.experiments.serving.point import SATURATED_REQUESTS, THRESHOLDS, simulate_point
 from paged.experiments.serving.run_length import paper_duration
 from paged.experiments.serving.sweeps import matching_rows
-from paged.sim.cost_model import get_cost_model
+from paged.sim.config import DEFAULT_BLOCK_SIZE, model_name
 
 __all__ = ["as_names", "sustained_rate"]
 
@@ -88,7 +88,7 @@ def as_names(what: str, value) -> list:
 
 def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | list[str] = "sharegpt",
                    thresholds=THRESHOLDS, lo: float = 1e-3, rel_tol: float = 0.03, seed: int = 0,
-                   block_size: int = 16, preemption: str = "recompute", cpu_scale: float | list = 1.0,
+                   block_size: int = DEFAULT_BLOCK_SIZE, preemption: str = "recompute", cpu_scale: float | list = 1.0,
                    min_duration: float | None = None, duration_scale: float = 1.0, workers: int = 2,
                    known: pd.DataFrame | None = None, return_points: bool = False,
                    saturated_requests: int = SATURATED_REQUESTS, num_requests: int | None = None,
@@ -154,7 +154,7 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
     jobs = []
     for m, t, scale, s in product(models, traces, scales, systems):
         floor = paper_duration(m) * duration_scale if min_duration is None else float(min_duration)
-        settings = dict(model=get_cost_model(m).model.name, trace=str(t), seed=seed, block_size=block_size,
+        settings = dict(model=model_name(m), trace=str(t), seed=seed, block_size=block_size,
                         preemption=preemption, cpu_scale=scale,
                         min_duration=math.nan if num_requests is not None else floor,
                         num_requests=num_requests, **groups, tokenizer=tokenizer)

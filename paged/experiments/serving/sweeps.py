@@ -12,7 +12,7 @@ import pandas as pd
 from paged.experiments.notebook.sweep import run_jobs
 from paged.experiments.serving.point import simulate_point
 from paged.experiments.serving.run_length import paper_duration
-from paged.sim.cost_model import CostModel, get_cost_model
+from paged.sim.config import model_name
 
 __all__ = ["sweep", "reusable", "matching_rows"]
 
@@ -70,7 +70,7 @@ def reusable(point: dict, known: pd.DataFrame | None) -> dict | None:
             or (args["record_sharing"] is None and (args["n"] > 1 or args["beam_width"] > 1 or args["prefix_caching"])):
         return None
     model = args["model"]
-    name = model.model.name if isinstance(model, CostModel) else get_cost_model(model).model.name
+    name = model_name(model)
     count, rate = args["num_requests"], float(args["rate"])
     want = {**{key: args[key] for key in _RUN_KEYS if key in args}, "model": name, "trace": str(args["trace"]),
             "rate": rate, "cpu_scale": float(args["cpu_scale"]),

@@ -1,4 +1,4 @@
-"""The tour's views (paged.experiments.nb00_tour.tour) give the seeds' worked examples and agree with the simulator."""
+"""The tour's views (paged.experiments.nb00_tour.tour) give the worked examples and agree with the simulator."""
 
 import numpy as np
 import pytest
@@ -68,7 +68,7 @@ def _trace():
 def test_replay_matches_the_simulator(system):
     trace = _trace()
     steps = tour.replay(trace, system, num_slots=64, block_size=4, max_seq_len=64)
-    manager = make_kv_manager(system, 64, block_size=4, max_seq_len=64, watermark=0.0)
+    manager = make_kv_manager(system, 64 // 4, 4, max_seq_len=64, watermark=0.0)
     result = simulate(trace, manager, lambda outputs: 1.0, max_num_batched_tokens=128, record_memory=False)
     assert sum(s.kind != "idle" for s in steps) == result.num_iterations
     assert sum(len(s.preempted) for s in steps) == result.num_preemptions

@@ -1,4 +1,4 @@
-"""Fig. 2 memory accounting: the parts sum to one, the systems are ordered, the seeds' examples."""
+"""Fig. 2 memory accounting: the parts sum to one, the systems are ordered, two worked examples."""
 
 import math
 from types import SimpleNamespace
@@ -46,15 +46,15 @@ def test_request_larger_than_cache_is_rejected_before_any_work():
 
 def test_unknown_system():
     with pytest.raises(ValueError, match="unknown system"):
-        frag.make_kv_manager("orca-best", 1000)
+        frag.make_kv_manager("orca-best", 1000, 16)
 
 
 def test_default_capacity_is_opt13b_on_a100_40gb():
     assert frag.default_num_slots() == 15_728  # 12 GiB / 800 KiB, whole 16-token blocks
 
 
-def test_seed_examples():
-    df = frag.seed_examples()
+def test_worked_examples():
+    df = frag.worked_examples()
     assert math.isclose(df.loc[0, "contiguous_wasted"], 9 / 16)
     assert df.loc[1, "contiguous_slots"] == 100 and df.loc[1, "paged_slots"] == 64
     assert df.loc[1, "tokens"] == 53

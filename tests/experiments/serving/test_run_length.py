@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from paged.experiments.serving import run_length
-from paged.experiments.serving import run_system
+from paged.sim.config import ServingConfig
 from paged.sim.simulator import groups_from_trace
 
 
@@ -51,12 +51,13 @@ def test_latency_bound_is_a_lower_bound_and_stops_at_its_cap():
         bound(finished)
         seen.append(bound.bound(finished[0].finished_time))
 
-    result = run_system(trace, "orca-max", on_finish=watch)
+    result = ServingConfig(system="orca-max").serve(trace, on_finish=watch)
     final = np.mean([(g.finished_time - g.arrival_time) / g.output_len for g in result.groups])
     assert seen and max(seen) <= final * (1 + 1e-9)
     assert seen[-1] == pytest.approx(final)
     with pytest.raises(run_length.LatencyCapExceeded) as err:
-        run_system(trace, "orca-max", on_finish=run_length.LatencyBound(groups_from_trace(trace), cap=final / 2))
+        ServingConfig(system="orca-max").serve(trace, on_finish=run_length.LatencyBound(groups_from_trace(trace),
+                                                                                         cap=final / 2))
     assert final / 2 < err.value.bound <= final
 
 

@@ -1,116 +1,60 @@
 """The serving loop with decode token counts kept by a calendar (simulator speed, §6).
 
-In a simulated decode iteration every running sequence gains one token, and almost nothing else
-happens: a sequence needs a new KV block only when its token count passes a multiple of the block
-size (one iteration in ``block_size``), and it finishes at a known iteration (its request's output
-length). :class:`CalendarServingLoop` serves exactly as :class:`paged.core.serving_loop.ServingLoop`
-with the simulated executor, but does not touch every sequence in every decode iteration:
+In a simulated decode iteration every running sequence gains one token and almost nothing else happens:
+a sequence needs a KV block only when its count passes a multiple of the block size, and it finishes at
+a known iteration. :class:`CalendarServingLoop` serves exactly as the reference loop, touching only
+what changes:
 
-* a global decode counter ``G`` counts the decode iterations run; a running group's sequences have
-  generated ``G - offset`` tokens (its offset fixed when it joined the running batch), written into
-  the sequences only when something reads them;
-* the groups whose next decode crosses a block boundary are kept in ``block_size`` buckets by
-  ``G mod block_size``, with the blocks each bucket takes (a group of ``n`` parallel samples takes
-  ``n``: after its first decode the samples advance in lock-step, each in blocks of its own); at each
-  decode iteration only that bucket's one-sequence groups are brought up to date and given their new
-  blocks by the KV cache manager (``append_slots``), so the free pool is exact at every admission
-  decision;
-* the first decode of a new group of ``n`` samples whose prompt ends inside a block copies that shared
-  last block on write (``n - 1`` copies, §4.4); that iteration is a step of its own, as in the
-  step-by-step loop, its time including the copies (the cost model's ``block_copy_time``);
-* a group of samples on the paged manager keeps the tables it joined the batch with: the blocks its
-  crossings and its copies take are held in the manager (``hold_blocks``, one call per step for all
-  groups) and written into its tables only before something reads them (a step of
-  :meth:`ServingLoop.step`, an abort); the blocks a group holds follow from its tokens in closed form,
-  and a group that finishes or is preempted gives them back with its tables (preemption by
-  recomputation remembers only the tables' full blocks, the prompt's, which are all its samples share);
-* the requests finishing at each value of ``G`` are kept in a dict;
-* the batch's sequences and context tokens (the cost model's input) are running sums.
+* a global decode counter ``G``: a running group's sequences have generated ``G - offset`` tokens
+  (``offset`` fixed when it joined the batch), written into them only when something reads them;
+* groups whose next decode crosses a block boundary wait in ``block_size`` buckets by
+  ``G mod block_size``; at each decode only that bucket's one-sequence groups get their new blocks
+  (``append_slots``), so the free pool is exact at every admission decision;
+* a group of ``n`` samples keeps the tables it joined with: the blocks its crossings and its first
+  copies on write take are held in the manager (``hold_blocks``) and written into its tables only
+  before something reads them (a step of the reference loop, an abort);
+* the groups finishing at each ``G``, the batch's sequences and its context tokens are running sums,
+  so a decode step costs O(1 + crossings + finishes) instead of O(running sequences).
 
-A decode step then costs O(1 + one-sequence crossings + finishes) instead of O(running sequences), and
-a prefill step O(admitted requests). Once the scheduler has refused the head of the queue, it is not asked
-again until a request leaves the running batch (finishes or is preempted): a decode only takes memory and
-an arrival joins the tail, so until then it would refuse the same request for the same reason.
-Everything else (the prefill admission, preemption, swapping) is the real
-:class:`~paged.core.scheduler.Scheduler`'s: a step that is not a plain decode in which every crossing
-finds a free block — a decode that must preempt by swapping, anything swapped out, no running
-request — brings every sequence up to date and runs :meth:`ServingLoop.step` itself; the calendar is
-rebuilt after it. A decode that must preempt by recomputation is the scheduler's own walk over the
-groups that need blocks (:meth:`CalendarServingLoop._preempting_decode`).
+A decode step runs the iterations the fast-forward would (until a request arrives or finishes, or a
+crossing finds no free block), adding the same per-iteration times in the same order. Everything else
+— admission, preemption by swapping, anything swapped out — is left to the scheduler and the loop with
+fast-forward (:class:`~paged.sim.fast.loop.FastServingLoop`) on up-to-date sequences; a decode that must
+preempt by recomputation is the scheduler's walk over the groups that need blocks
+(:meth:`CalendarServingLoop._preempting_decode`).
+With prefix caching, evictions depend on the order of allocations and frees, so finishing requests free
+in running order and a run that could evict is left to the fast loop. With ``record_sharing`` the blocks
+held with and without sharing (Fig. 15) are summed per iteration in closed form.
 
-Shared prefixes (§4.4): a provider-reserved prefix (``prefix_len``) and prefix-cache hits are full
-blocks, never written by a decode, so the calendar serves them unchanged. With automatic prefix caching
-the simulator's sequences have token ids only for their prompts, so a decode fills no block whose
-tokens are known and registers nothing (the prefill registers the prompt's full blocks; the loop
-commits them after it, as :meth:`ServingLoop.step` does). Which cached blocks are evicted depends on
-the order of allocations and frees, so a cache-keeping manager's finishing requests free their blocks
-in running order, as the step-by-step loop does, and a decode run whose later crossings could take
-more blocks than the free blocks that hold no cached KV (where the step-by-step loop, taking them at
-the run's end between the finishing requests' frees, could evict other blocks) is left to
-:meth:`ServingLoop.step`.
-
-The steps are the step-by-step loop's with its fast-forward (:mod:`paged.sim.fast_forward`): a decode
-step runs the same iterations (until an arrival is due, a request finishes, or a crossing finds no
-free block), the clock adds the same per-iteration times in the same order, and the result's sums
-add the same numbers, so every result is bit-identical (``tests/sim/test_decode_calendar.py``).
-Only the physical block ids a sequence gets may differ (blocks are taken in another order), which
-nothing measured depends on.
-
-KV blocks saved by sharing (§6.3, Fig. 15; ``record_sharing``): every iteration adds the pair
-:meth:`~paged.block.PagedKVCacheManager.sharing_counts` returns at that point of the step-by-step loop
-(once the scheduler has allocated, before the iteration runs), summed as integers:
-
-* the blocks in use are the manager's (:meth:`~paged.block.PagedKVCacheManager.blocks_in_use`): its free
-  pool is exact at the start of every step (the blocks held past the tables are in use, reserved-prefix
-  blocks no sequence uses are not), and inside a run of ``k`` decode iterations each iteration adds the
-  blocks that the crossings up to it took (the first iteration's copies on write too);
-* the blocks without sharing are the step-by-step loop's table lengths, which follow from the token
-  counts: after a decode's appends every running sequence holds ``ceil(tokens / block_size)`` blocks
-  (a sample after its first copy on write as much as a lone sequence: a copy replaces a shared entry),
-  so their sum is a running total (``_blocks``, the tables between iterations) that joins, crossings,
-  finishes and preemptions change; a prefill adds the new groups' tables;
-* a run's sums are added in closed form (a crossing at ``G = i`` is counted by the ``g0 + k - i``
-  iterations from it), O(crossings); a contiguous manager's counts are its reservations, which no
-  decode changes.
-
-The step-by-step loop runs without its fast-forward when it records sharing, so a recording calendar adds
-each iteration's busy seconds on its own, in the same order. Steps left to :meth:`ServingLoop.step`
-(anything swapped out, a decode preempting by swapping) record through it, on up-to-date tables.
-
-Used by :func:`paged.sim.simulator.simulate` when it applies (:func:`applies`): requests of one
-sequence or of parallel samples (beam searches have their own calendar, :mod:`paged.sim.beam_calendar`),
-with or without a shared prefix, no memory breakdown recorded (sharing may be), a time model with
-``decode_time``. A block-table manager's tables may hold fewer tokens than their sequences between
-crossings (the blocks are there): the manager grows them to the sequence's count when asked.
+Used by :func:`paged.sim.fast.serving_loop` where :func:`applies`: single sequences, parallel samples,
+shared prefixes; no memory breakdown recorded. Results equal the reference's
+(``tests/sim/fast/test_decode_calendar.py``); only physical block ids may differ.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 from paged.core.scheduler import SchedulerOutputs
 from paged.core.serving_loop import ServingLoop
 from paged.core.sequence import SequenceGroup, SequenceStatus
+from paged.sim.executor import check_seconds
+from paged.sim.fast.loop import FastServingLoop
 
 __all__ = ["CalendarServingLoop", "applies"]
 
 
-def applies(groups, kv_manager, executor, *, record_memory: bool, record_sharing: bool) -> bool:
+def applies(groups, *, record_memory: bool) -> bool:
     """Whether :class:`CalendarServingLoop` can serve ``groups`` (module docstring): no memory breakdown
-    recorded (sharing may be), a time model with ``decode_time``, and no group replaying a beam search.
-    O(groups)."""
-    if record_memory or getattr(executor, "decode_time", None) is None:
-        return False
-    if record_sharing and getattr(kv_manager, "decode_allocates", True) and not hasattr(kv_manager, "blocks_in_use"):
-        return False  # the blocks in use are read from the manager
-    return all(getattr(g, "beam", None) is None and g.max_num_seqs <= len(g.seqs) for g in groups)
+    recorded (sharing may be) and no group replaying a beam search. O(groups)."""
+    return not record_memory and all(getattr(g, "beam", None) is None and g.max_num_seqs <= len(g.seqs)
+                                     for g in groups)
 
 
-class CalendarServingLoop(ServingLoop):
+class CalendarServingLoop(FastServingLoop):
     """:class:`~paged.core.serving_loop.ServingLoop` whose decode steps follow a calendar (module
-    docstring); the same arguments, the same results. Needs an executor with ``decode_time``
-    (:class:`paged.sim.executor.SimulatedExecutor` over a cost model) and groups for which
+    docstring); the same arguments, the same results. Needs the fast scheduler and manager
+    (:mod:`paged.sim.fast.manager`), an executor over an ``IterationCostModel``, and groups for which
     :func:`applies`."""
 
     __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_lazy_buckets", "_lazy_need", "_cow", "_lazy", "_held",
@@ -122,9 +66,9 @@ class CalendarServingLoop(ServingLoop):
         manager = scheduler.kv_manager
         bs = self._block_size = manager.block_size
         # A contiguous reservation already holds every token its request will write: no decode allocates.
-        self._allocates = getattr(manager, "decode_allocates", True)
+        self._allocates = manager.decode_allocates
         # A prefix cache's evictions depend on the order of allocations and frees (module docstring).
-        self._caching = getattr(manager, "enable_prefix_caching", False)
+        self._caching = self._allocates and manager.enable_prefix_caching
         self._g = 0
         self._offset: dict[SequenceGroup, int] = {}  # running group -> G - its sequences' generated tokens
         self._finish_at: dict[int, list[SequenceGroup]] = {}  # G at which they finish -> groups
@@ -153,10 +97,14 @@ class CalendarServingLoop(ServingLoop):
         (its ``decode_time_of``, made once per batch size; the same seconds as ``decode_time``)."""
         fn = self._decode_times.get(num_seqs)
         if fn is None:
-            of = getattr(self.executor.iteration_time, "decode_time_of", None)
-            fn = self._decode_times[num_seqs] = of(num_seqs) if of is not None else \
-                partial(self.executor.decode_time, num_seqs)
+            fn = self._decode_times[num_seqs] = self.executor.iteration_time.decode_time_of(num_seqs)
         return fn
+
+    def _check_clock(self, start: float, end: float) -> None:
+        """Refuse a run of decode iterations whose times do not add up to a finite, non-negative span
+        (:class:`paged.sim.executor.InvalidTimeError`, naming the time model and the run's first iteration)."""
+        if not start <= end < float("inf"):
+            check_seconds(end - start, self.executor.iteration_time, self.result.num_iterations + 1)
 
     # -- the calendar ------------------------------------------------------------------
     def _join(self, group: SequenceGroup) -> None:
@@ -334,8 +282,7 @@ class CalendarServingLoop(ServingLoop):
         if self.record_sharing:
             self._record_prefill(scheduled)
         any_finished = executor.execute(scheduler, outputs)
-        if self._commit is not None:
-            self._commit()  # the KV of the prompt blocks this prefill registered is written
+        scheduler.kv_manager.commit_computed()  # the KV of the prompt blocks this prefill registered is written
         result.num_iterations += 1
         result.batched_requests_sum += len(scheduled)
         busy = executor.now - now
@@ -424,6 +371,7 @@ class CalendarServingLoop(ServingLoop):
             self._held += manager.hold_blocks(hold)
         self._blocks += first + later  # the tables' blocks: a copy replaces a shared entry
         self._g = g
+        self._check_clock(now, t)
         executor.now = t
         result.num_iterations += k
         num_groups = len(scheduler.running)
@@ -591,6 +539,7 @@ class CalendarServingLoop(ServingLoop):
         else:
             t = now + self._decode_time_of(num_seqs)(context)
         self._g = g + 1
+        self._check_clock(now, t)
         executor.now = t
         result.num_iterations += 1
         result.batched_requests_sum += n

@@ -30,10 +30,36 @@ import numpy as np
 
 from paged.sim.beam_replay import BeamTrace
 
-__all__ = ["BeamBlockTree", "BeamProfile", "paged_profile", "fork_counts"]
+__all__ = ["BeamBlockTree", "BeamProfile", "paged_profile", "fork_counts", "step_moves"]
 
 #: Parent of a block that follows the full prompt blocks directly (not a block of the tree).
 _ROOT = -1
+
+
+#: id(trace) -> (the trace, its moves per recorded step); traces live as long as the package's cache.
+_MOVES: dict[int, tuple[BeamTrace, tuple]] = {}
+
+
+def _moves_of(step: int, width: int, parents: tuple[int, ...]) -> tuple:
+    count = 1 if step == 0 else width
+    kept, seen, targets = set(parents), set(), []
+    for p in parents:
+        targets.append((p, p in seen))
+        seen.add(p)
+    return count, tuple(i for i in range(count) if i not in kept), tuple(targets)
+
+
+def step_moves(trace: BeamTrace, step: int) -> tuple[int, tuple[int, ...], tuple[tuple[int, bool], ...]]:
+    """Step ``step`` (≥ 0) of ``trace.parents`` as the moves that carry it out: ``(candidates before,
+    dropped, targets)``. ``candidates before`` is 1 at step 0 and the width after; ``dropped`` are the
+    indices, ascending, of the candidates no new candidate continues; ``targets[c] = (p, fork)``: new
+    candidate ``c`` continues candidate ``p`` itself (``fork`` False, the first child of ``p``) or a fork
+    of it (True). O(1) after the first call for a trace."""
+    entry = _MOVES.get(id(trace))
+    if entry is None or entry[0] is not trace:
+        entry = _MOVES[id(trace)] = (trace, tuple(_moves_of(j, trace.width, p) for j, p in enumerate(trace.steps)))
+    moves = entry[1]
+    return moves[step] if step < len(moves) else moves[1 + (step - 1) % (len(moves) - 1)]
 
 
 class BeamBlockTree:
@@ -103,7 +129,7 @@ class BeamBlockTree:
         """Beam step ``step + 1`` (after the decode of the same number): drop, fork and reorder the
         candidates as recorded. Returns the blocks freed."""
         self.step += 1
-        _, dropped, targets = self.trace.moves(self.step)
+        _, dropped, targets = step_moves(self.trace, self.step)
         last, holders, children, parent = self.last, self._holders, self._children, self._parent
         freed = 0
         for i in dropped:
@@ -202,6 +228,6 @@ def fork_counts(trace: BeamTrace, length: int) -> np.ndarray:
     entry = _FORKS.get(id(trace))
     if entry is None or entry[0] is not trace or len(entry[1]) < length:
         size = max(length, 2 * len(entry[1]) if entry is not None and entry[0] is trace else 0, 64)
-        counts = np.array([sum(fork for _, fork in trace.moves(j)[2]) for j in range(size)], dtype=np.int64)
+        counts = np.array([sum(fork for _, fork in step_moves(trace, j)[2]) for j in range(size)], dtype=np.int64)
         entry = _FORKS[id(trace)] = (trace, counts)
     return entry[1]

@@ -1,57 +1,30 @@
-"""The serving loop for replayed beam searches, their memory read from precomputed profiles (simulator speed, §4.4).
+"""The serving loop for replayed beam searches, their memory read from per-step profiles (simulator speed, §4.4).
 
 A replayed beam group (:mod:`paged.sim.beam_replay`) changes its KV memory at every decode step: its
 candidates copy shared blocks on write and cross into new ones, dropped candidates free blocks, forks
-share them (paged) or copy the parent's KV into another reservation (a contiguous Orca manager). The
-step-by-step loop applies every step to the real manager, one group at a time. But what a step does to
-memory depends only on the recorded search, the step, the block size and where the prompt ends in its
-last block (:mod:`paged.sim.beam_blocks`), and every candidate of a group has the same number of tokens,
-so :class:`BeamCalendarServingLoop` serves the same iterations without touching the groups:
+share them (paged) or copy the parent's KV into another reservation (Orca). What a step does depends
+only on the recorded search, the step, the block size and where the prompt ends in its last block
+(:mod:`paged.sim.fast.beam_blocks`), so :class:`BeamCalendarServingLoop` serves the same iterations
+without touching the groups:
 
-* a global decode counter ``G``; a running group's candidates have generated ``G - offset`` tokens;
-  the batch's sequences and context tokens (the cost model's input) are running sums, and the groups
-  finishing at each ``G`` are kept in a dict, as in :mod:`paged.sim.decode_calendar`;
-* per group, its profile (:func:`paged.sim.beam_blocks.paged_profile`) is added, when it joins the
-  batch after its prefill, to a timeline over ``G`` of the blocks the decodes' appends take, the
-  copy-on-write copies among them (priced by the cost model's ``block_copy_time``, §4.4) and the
-  blocks the beam steps free (paged); or of the KV tokens its forks copy (contiguous: charged with
-  ``kv_copy_time``). A decode iteration reads one column: O(1) however many groups run;
-* the paged manager holds the right number of blocks at every moment anything reads them: a joining
-  group's tables are put aside (its first candidate keeps a table of the prompt's blocks, the others
-  none), the blocks past them are held in the manager
-  (:meth:`~paged.block.PagedKVCacheManager.hold_blocks`), and each step changes the blocks held by its
-  net count (taken by appends, less freed by drops and finishing groups); a contiguous group's
-  reservations are the same whichever candidate holds them, and a decode changes none.
+* a global decode counter ``G`` and running sums of the batch, as in :mod:`paged.sim.fast.decode_calendar`;
+* each group's profile is added, when it joins the batch, to a timeline over ``G`` of the blocks the
+  decodes take, the copy-on-write copies among them (priced by ``block_copy_time``) and the blocks its
+  beam steps free (paged), or the KV tokens its forks copy (contiguous, priced by ``kv_copy_time``); a
+  decode reads one column, O(1) however many groups run;
+* on the paged manager a joining group's tables are put aside (its first candidate keeps the prompt's
+  blocks) and the blocks past them are held (``hold_blocks``), changing by each step's net count.
 
-Every decision stays the real :class:`~paged.core.scheduler.Scheduler`'s: each step admits arrivals and
-schedules prefills with it, finished groups are freed through the manager, and a decode whose appends
-need more blocks than are free (the scheduler would preempt) first writes out every group's block
-tables as the step-by-step loop would have them (:class:`~paged.sim.beam_blocks.BeamBlockTree`,
-:meth:`~paged.block.PagedKVCacheManager.replace_tables`) and runs :meth:`ServingLoop.step` (while
-anything is swapped out, every step); then the running groups join the calendar again from their
-current step (a group prefilled again after recomputation, or swapped back in, has the blocks the
-recorded search has at that step, so its profile holds from there). In the step-by-step loop every beam
-iteration is a step of its own (each changes the block tree), so a step here runs iterations one by
-one, with the same float additions in the same order, and runs several only while no admission can
-change: every result bit-identical (``tests/sim/test_beam_calendar.py``); only physical block ids and
-the ids of forked sequences differ. A finished group keeps the sequences it had when it joined, each
-with its output length.
+Every decision stays the real scheduler's: admission runs through it at every step, and a decode that
+must preempt (or anything swapped out) first writes out every group's tables as the reference would
+have them (:class:`~paged.sim.fast.beam_blocks.BeamBlockTree`, ``replace_tables``) and runs a step of
+the fast loop; the groups then rejoin from their current step. Iterations add the same times in the same
+order, several at once only while no admission can change. With ``record_sharing`` each iteration's
+blocks with and without sharing (Fig. 15) follow from the tracked free pool and the token counts.
 
-KV blocks saved by sharing (§6.3, Fig. 15; ``record_sharing``): each iteration adds what
-:meth:`~paged.block.PagedKVCacheManager.sharing_counts` returns in the step-by-step loop after the
-decode's appends, before its beam step. The blocks in use follow from the free pool the step tracks
-(the manager's blocks in use at the start, plus the appends' blocks, less what the earlier beam steps
-freed). The blocks without sharing follow from the token counts: every candidate of a group has the
-same tokens, so after the appends each table holds ``ceil(tokens / block_size)`` blocks, and a beam
-step, which drops candidates and forks as many, leaves the tables' count (the width) and lengths as
-they were; the running total (the tables between iterations) grows by the appends' blocks less their
-copies on write (a copy replaces a shared entry) and changes as groups join and finish. A contiguous
-manager's counts are its reservations, which a decode does not change. Iterations left to
-:meth:`ServingLoop.step` record through it, on written-out tables.
-
-Used by :func:`paged.sim.simulator.simulate` when it applies (:func:`applies`): every group replays a
-beam search, no memory breakdown is recorded (sharing may be), the time model has ``decode_time``, and
-the manager is contiguous or a paged manager without a prefix cache.
+Used by :func:`paged.sim.fast.serving_loop` where :func:`applies`: every group replays a beam search, no
+memory breakdown recorded, no prefix cache. Results equal the reference's
+(``tests/sim/fast/test_beam_calendar.py``); only block ids and forked candidates' ids differ.
 """
 
 from __future__ import annotations
@@ -61,19 +34,16 @@ import numpy as np
 from paged.core.kv_cache_manager import AllocStatus
 from paged.core.sequence import SequenceGroup, SequenceStatus
 from paged.core.serving_loop import ServingLoop
-from paged.sim.beam_blocks import BeamBlockTree, fork_counts, paged_profile
-from paged.sim.decode_calendar import CalendarServingLoop
+from paged.sim.fast.beam_blocks import BeamBlockTree, fork_counts, paged_profile
+from paged.sim.fast.decode_calendar import CalendarServingLoop
 
 __all__ = ["BeamCalendarServingLoop", "applies"]
 
 
-def applies(groups, kv_manager, executor, *, record_memory: bool, record_sharing: bool) -> bool:
-    """Whether :class:`BeamCalendarServingLoop` can serve ``groups`` (module docstring). O(groups)."""
-    if record_memory or getattr(executor, "decode_time", None) is None or not groups:
-        return False
-    if getattr(kv_manager, "decode_allocates", True) and (
-            getattr(kv_manager, "enable_prefix_caching", False) or not hasattr(kv_manager, "replace_tables")
-            or record_sharing and not hasattr(kv_manager, "blocks_in_use")):  # read for the blocks in use
+def applies(groups, kv_manager, *, record_memory: bool) -> bool:
+    """Whether :class:`BeamCalendarServingLoop` can serve ``groups`` (module docstring): every group replays
+    a beam search, no memory breakdown is recorded, and a paged manager has no prefix cache. O(groups)."""
+    if record_memory or not groups or (kv_manager.decode_allocates and kv_manager.enable_prefix_caching):
         return False
     return all(getattr(g, "beam", None) is not None and len(g.seqs) == 1 for g in groups)
 
@@ -327,6 +297,7 @@ class BeamCalendarServingLoop(CalendarServingLoop):
             result.batched_requests_seconds += busy * num_groups
             if g in finish_at or next_arrival <= t or not stable:
                 break
+        self._check_clock(now, t)
         executor.now = t
         self._g = g
         result.num_iterations += k

@@ -1,47 +1,17 @@
-"""The batched beam step (one ``free_and_fork`` per group and step, the paged manager's one-pass group
-append, the contiguous manager's inlined check) gives exactly the results of the reference path: one
-``Scheduler.finish_seq`` / ``fork_seq`` per sequence and ``can_append_slots`` then ``append_slots``
-per running sequence (§4.4, Fig. 14). Every result field, every request's times and tokens, and the
-copy-on-write block ids, preemptions and free blocks of every iteration are compared."""
+"""The fast path's batched beam step (one ``free_and_fork`` per group and step) with the fast scheduler and
+managers gives exactly the results of the reference path: one ``Scheduler.finish_seq`` / ``fork_seq`` per
+sequence and ``can_append_slots`` then ``append_slots`` per group (§4.4, Fig. 14). Every result field,
+every request's times and tokens, and the copy-on-write block ids, preemptions and free blocks of every
+iteration are compared."""
 
 import dataclasses
-import functools
 
 import pytest
 
-import paged.sim.simulator as simulator
-from paged.block.manager import PagedKVCacheManager
-from paged.contiguous import ContiguousKVCacheManager
-from paged.core.sequence import SequenceStatus
+from paged.sim import fast as fast_path
 from paged.sim.cost_model import get_cost_model
-from paged.sim.executor import SimulatedExecutor
 from paged.sim.simulator import simulate
-from support import synthetic_trace
-
-
-def _reference_append_group(self, group, copies):
-    """The paged manager's group append as its definition: the check, then one append per sequence."""
-    seqs = group.seqs
-    if len(seqs) == 1:
-        seq = seqs[0]
-        table = self.block_tables[seq.seq_id]
-        grow = seq.num_tokens - table.num_tokens
-        return not grow or table.num_new_blocks(grow) <= self.gpu_allocator.num_free_blocks
-    self._version += 1
-    if not self.can_append_slots(group):
-        return False
-    for seq in seqs:
-        if seq.status is SequenceStatus.RUNNING:
-            copies.extend(self.append_slots(seq))
-    return True
-
-
-def _reference_contiguous_append(self, seq_groups):
-    """The contiguous manager's decode append as its definition: ``can_append_slots`` group by group."""
-    for done, group in enumerate(seq_groups):
-        if not self.can_append_slots(group):
-            return done, []
-    return len(seq_groups), []
+from support import managed, synthetic_trace
 
 
 class _Logged:
@@ -65,25 +35,19 @@ class _Logged:
 
 def _manager(system, block_size, slots):
     if system == "paged":
-        return PagedKVCacheManager(slots // block_size, block_size, num_cpu_blocks=slots // block_size // 2)
-    return ContiguousKVCacheManager(slots, system.removeprefix("orca-"), max_seq_len=2048)
+        return managed("paged", slots // block_size, block_size, num_cpu_blocks=slots // block_size // 2)
+    return managed(system, slots // block_size, block_size, max_seq_len=2048)
 
 
 def _run(monkeypatch, system, block_size, preemption, width, trace, slots, *, reference, **kw):
-    calls = []
     with monkeypatch.context() as patch:
         if reference:
-            patch.setattr(simulator, "SimulatedExecutor", functools.partial(SimulatedExecutor, batched_beam=False))
-            patch.setattr(PagedKVCacheManager, "_append_group", _reference_append_group)
-            patch.setattr(ContiguousKVCacheManager, "append_slots_in_order", _reference_contiguous_append)
-            patch.setattr(PagedKVCacheManager, "free_and_fork", lambda *a: calls.append(a))  # must stay unused
-            patch.setattr(ContiguousKVCacheManager, "free_and_fork", lambda *a: calls.append(a))
+            patch.setattr(fast_path, "_ENABLED", False)
         manager = _manager(system, block_size, slots)
-        cost = _Logged(get_cost_model("opt-13b", block_size=block_size if system == "paged" else 16,
-                                      paged_kernel=system == "paged"), manager)
+        assert fast_path.is_fast(manager) != reference
+        cost = _Logged(get_cost_model("opt-13b", block_size=block_size, paged_kernel=system == "paged"), manager)
         result = simulate(trace, manager, cost, preemption_mode=preemption, beam_width=width,
                           max_num_batched_tokens=4096, **kw)
-    assert not calls
     manager.check_invariants()
     return result, cost.log, manager
 
@@ -121,7 +85,9 @@ def test_batched_beam_step_equals_reference(monkeypatch, system, block_size, pre
     assert (fast.cow_blocks, fast.cow_seconds, fast.kv_copy_tokens, fast.kv_copy_seconds) == \
         (ref.cow_blocks, ref.cow_seconds, ref.kv_copy_tokens, ref.kv_copy_seconds)
     if system == "paged":
-        assert fast_manager.gpu_allocator._free == ref_manager.gpu_allocator._free  # the same blocks, same order
+        drain = [manager.gpu_allocator.allocate() for manager in (fast_manager, ref_manager)
+                 for _ in range(manager.get_num_free_gpu_blocks())]
+        assert drain[:len(drain) // 2] == drain[len(drain) // 2:]  # the same free blocks, in the same order
         assert fast.kv_copy_tokens == 0 and (fast.cow_blocks > 0) == (block_size > 1)
     else:
         assert fast.cow_blocks == 0 and fast.kv_copy_tokens > 0

@@ -1,4 +1,5 @@
-"""The decode calendar serves exactly as the step-by-step loop with its fast-forward: every result
+"""The decode calendar serves exactly as the reference (the step-by-step loop over the reference scheduler and
+managers, the fast path switched off): every result
 field and every request's times bit-identical, through arrivals, finishes, block crossings,
 preemption by recomputation and by swapping, on the paged and the contiguous managers; for single
 sequences, parallel samples (the first decode's copy-on-write, lock-step crossings, preemption of whole
@@ -9,32 +10,38 @@ import math
 
 import pytest
 
-import paged.sim.simulator as simulator
 from paged.core.serving_loop import ServingLoop
-from paged.experiments.serving import run_system
 from paged.experiments.serving.run_length import long_trace
-from paged.sim.decode_calendar import CalendarServingLoop, applies
-from paged.systems import make_kv_manager
-from paged.sim.executor import SimulatedExecutor
-from paged.block.manager import PagedKVCacheManager
-from paged.contiguous import ContiguousKVCacheManager
+from paged.sim import fast as fast_path
+from paged.sim.config import ServingConfig
 from paged.sim.cost_model import get_cost_model
+from paged.sim.fast.decode_calendar import CalendarServingLoop, applies
+from paged.sim.fast.loop import FastServingLoop
 from paged.workloads import get_trace
-from support import served_both, sharing_case, synthetic_trace
+from support import managed, served_both, sharing_case, synthetic_trace
 
 _FIELDS = ("num_iterations", "duration", "batched_requests_sum", "num_preemptions", "num_prefill_iterations",
-           "prefill_batched_requests_sum", "prefill_tokens", "recomputed_tokens", "busy_seconds",
-           "batched_requests_seconds")
+           "prefill_batched_requests_sum", "prefill_tokens", "recomputed_tokens")
+#: Sums of busy seconds: the fast path adds a run of iterations' seconds at once, the reference one at a time.
+_SUMS = ("busy_seconds", "batched_requests_seconds")
 
 
 def _served(trace, system, block_size, preemption, calendar, monkeypatch):
+    config = ServingConfig(model="opt-13b", system=system, block_size=block_size, preemption=preemption)
     with monkeypatch.context() as m:
         if not calendar:
-            m.setattr(simulator, "applies", lambda *args, **kwargs: False)
-        result = run_system(trace, system, "opt-13b", block_size=block_size, preemption=preemption)
+            m.setattr(fast_path, "_ENABLED", False)
+        result = config.serve(trace)
     return ({k: getattr(result, k) for k in _FIELDS},
             [(g.request_id, g.first_scheduled_time, g.first_token_time, g.finished_time, g.num_preemptions,
-              g.seqs[0].num_generated) for g in result.groups])
+              g.seqs[0].num_generated) for g in result.groups],
+            [getattr(result, k) for k in _SUMS])
+
+
+def _agree(fast, reference):
+    """The same results: every field and request exactly, the busy-time sums to 1e-12."""
+    assert fast[:2] == reference[:2]
+    assert fast[2] == pytest.approx(reference[2], rel=1e-12)
 
 
 @pytest.mark.parametrize("system,block_size,preemption", [
@@ -42,50 +49,37 @@ def _served(trace, system, block_size, preemption, calendar, monkeypatch):
     ("orca-oracle", 16, "recompute"), ("orca-max", 16, "recompute")])
 @pytest.mark.parametrize("trace,rate,duration", [("alpaca-bare", 80.0, 8.0), ("sharegpt", 8.0, 40.0),
                                                  ("alpaca-bare", math.inf, 600)])
-def test_same_results_as_the_step_by_step_loop(trace, rate, duration, system, block_size, preemption, monkeypatch):
+def test_same_results_as_the_reference(trace, rate, duration, system, block_size, preemption, monkeypatch):
     requests = long_trace(trace, rate, duration, 0)
     calendar = _served(requests, system, block_size, preemption, True, monkeypatch)
-    stepwise = _served(requests, system, block_size, preemption, False, monkeypatch)
-    assert calendar == stepwise
+    _agree(calendar, _served(requests, system, block_size, preemption, False, monkeypatch))
 
 
 def test_overloaded_runs_preempt_and_still_agree(monkeypatch):
     requests = long_trace("sharegpt", 20.0, 20.0, 1)
     calendar = _served(requests, "paged", 16, "recompute", True, monkeypatch)
     assert calendar[0]["num_preemptions"] > 0
-    assert calendar == _served(requests, "paged", 16, "recompute", False, monkeypatch)
+    _agree(calendar, _served(requests, "paged", 16, "recompute", False, monkeypatch))
 
 
 def test_used_only_where_it_applies():
-    from paged.experiments.serving import cost_model_for
     from paged.sim.simulator import groups_from_trace
 
     requests = long_trace("alpaca-bare", 10.0, 2.0, 0)
-    cost = cost_model_for("opt-13b", "paged")
-    manager = make_kv_manager("paged", cost.num_kv_slots)
-    executor = SimulatedExecutor(cost)
     single = groups_from_trace(requests)
-    assert applies(single, manager, executor, record_memory=False, record_sharing=False)
-    assert not applies(single, manager, executor, record_memory=True, record_sharing=False)
-    assert applies(single, manager, executor, record_memory=False, record_sharing=True)  # recorded by the calendar
-    assert applies(groups_from_trace(requests, n=2), manager, executor, record_memory=False, record_sharing=False)
-    assert applies(single, make_kv_manager("paged", cost.num_kv_slots, enable_prefix_caching=True), executor,
-                   record_memory=False, record_sharing=False)
-    assert not applies(groups_from_trace(requests, beam_width=2), manager, executor, record_memory=False,
-                       record_sharing=False)
-    assert not applies(single, manager, SimulatedExecutor(cost, fast_forward=False), record_memory=False,
-                       record_sharing=False)
-    assert issubclass(CalendarServingLoop, ServingLoop)
+    assert applies(single, record_memory=False)
+    assert not applies(single, record_memory=True)
+    assert applies(groups_from_trace(requests, n=2), record_memory=False)
+    assert not applies(groups_from_trace(requests, beam_width=2), record_memory=False)
+    assert issubclass(CalendarServingLoop, FastServingLoop) and issubclass(FastServingLoop, ServingLoop)
 
 
 def test_an_escaping_exception_leaves_no_block_held():
-    from paged.experiments.serving import cost_model_for
-    from paged.core.scheduler import Scheduler
     from paged.sim.simulator import groups_from_trace
 
     requests = long_trace("alpaca-bare", 60.0, 5.0, 0)
-    cost = cost_model_for("opt-13b", "paged")
-    manager = make_kv_manager("paged", cost.num_kv_slots)
+    config = ServingConfig(model="opt-13b", system="paged")
+    cost, manager = config.cost_model(), config.kv_manager()
     calls = []
 
     def stop(finished):
@@ -93,7 +87,8 @@ def test_an_escaping_exception_leaves_no_block_held():
         if len(calls) == 20:
             raise KeyboardInterrupt
 
-    loop = CalendarServingLoop(Scheduler(manager), SimulatedExecutor(cost), groups_from_trace(requests), on_finish=stop)
+    loop = CalendarServingLoop(fast_path.FastScheduler(manager), fast_path.FastSimulatedExecutor(cost), groups_from_trace(requests),
+                               on_finish=stop)
     with pytest.raises(KeyboardInterrupt):
         loop.run()
     assert manager.num_used_slots == 0 and not loop.has_work
@@ -102,9 +97,9 @@ def test_an_escaping_exception_leaves_no_block_held():
 
 def _manager(system, block_size, slots, caching=False):
     if system == "paged":
-        return PagedKVCacheManager(slots // block_size, block_size, num_cpu_blocks=slots // block_size // 2,
-                                   enable_prefix_caching=caching)
-    return ContiguousKVCacheManager(slots, system.removeprefix("orca-"), max_seq_len=2048)
+        return managed("paged", slots // block_size, block_size, num_cpu_blocks=slots // block_size // 2,
+                       enable_prefix_caching=caching)
+    return managed(system, slots // block_size, block_size, max_seq_len=2048)
 
 
 CASES = [("paged", 16, "recompute"), ("paged", 1, "recompute"), ("paged", 128, "recompute"), ("paged", 16, "swap"),
@@ -114,7 +109,7 @@ CASES = [("paged", 16, "recompute"), ("paged", 1, "recompute"), ("paged", 128, "
 @pytest.mark.parametrize("width", [2, 4, 6])
 @pytest.mark.parametrize("system, block_size, preemption", CASES, ids=[f"{s}-{b}-{p}" for s, b, p in CASES])
 @pytest.mark.parametrize("load", ["light", "overloaded"])
-def test_parallel_samples_same_results_as_the_step_by_step_loop(monkeypatch, system, block_size, preemption, width,
+def test_parallel_samples_same_results_as_the_reference(monkeypatch, system, block_size, preemption, width,
                                                                 load):
     trace = synthetic_trace(40 if load == "light" else 30, 20.0 if load == "light" else 80.0, seed=width,
                             max_prompt=150, max_output=100)
@@ -122,8 +117,8 @@ def test_parallel_samples_same_results_as_the_step_by_step_loop(monkeypatch, sys
         slots = 1 << 16 if load == "light" else (1024 if block_size == 1 else 1536 if block_size == 16 else 4096)
     else:
         slots = (1 << 19 if system == "orca-max" else 1 << 16) if load == "light" else 1 << 14
-    cost = get_cost_model("opt-13b", block_size=block_size if system == "paged" else 16, paged_kernel=system == "paged")
-    fast, ref = served_both(monkeypatch, trace, lambda: _manager(system, block_size, slots), cost,
+    cost = get_cost_model("opt-13b", block_size=block_size, paged_kernel=system == "paged")
+    fast, ref = served_both(trace, lambda: _manager(system, block_size, slots), cost,
                             preemption_mode=preemption, n=width, max_num_batched_tokens=4096)
     assert fast[1] == ["CalendarServingLoop"] and ref[1] == []
     assert fast[0] == ref[0]
@@ -139,12 +134,11 @@ def test_parallel_samples_same_results_as_the_step_by_step_loop(monkeypatch, sys
                                                       ("paged", 1, "tokens"), ("paged", 128, "reserved"),
                                                       ("orca-oracle", 16, "reserved")])
 @pytest.mark.parametrize("load", ["light", "overloaded"])
-def test_shared_prefix_same_results_as_the_step_by_step_loop(monkeypatch, trace_name, system, block_size, mode, load):
+def test_shared_prefix_same_results_as_the_reference(monkeypatch, trace_name, system, block_size, mode, load):
     trace = get_trace(trace_name, 60 if load == "light" else 80, seed=2, rate=10.0 if load == "light" else 200.0)
     slots = 1 << 15 if load == "light" else 1 << 11
-    cost = get_cost_model("llama-13b", block_size=block_size if system == "paged" else 16,
-                          paged_kernel=system == "paged")
-    fast, ref = served_both(monkeypatch, trace, lambda: _manager(system, block_size, slots, mode == "tokens"), cost,
+    cost = get_cost_model("llama-13b", block_size=block_size, paged_kernel=system == "paged")
+    fast, ref = served_both(trace, lambda: _manager(system, block_size, slots, mode == "tokens"), cost,
                             shared_prefix=mode, max_num_batched_tokens=4096)
     assert fast[1] == ["CalendarServingLoop"] and ref[1] == []
     assert fast[0] == ref[0]
@@ -170,7 +164,7 @@ def test_prefix_cached_decodes_register_nothing(monkeypatch):
         return register(self, *args, **kwargs)
 
     monkeypatch.setattr(PrefixCachingBlockAllocator, "register", counting)
-    cost = get_cost_model("llama-13b")
+    cost = get_cost_model("llama-13b", block_size=16)
     log = []
 
     def timed(outputs):  # registrations since the last iteration came from scheduling this one
@@ -179,25 +173,24 @@ def test_prefix_cached_decodes_register_nothing(monkeypatch):
         return cost(outputs)
 
     trace = get_trace("wmt16-5shot", 60, seed=1, rate=100.0)
-    simulate(trace, PagedKVCacheManager(1 << 9, 16, enable_prefix_caching=True), timed, shared_prefix="tokens",
-             record_memory=False, fast_forward=False)
+    simulate(trace, managed("paged", 1 << 9, 16, enable_prefix_caching=True), timed, shared_prefix="tokens",
+             record_memory=False)
     assert any(count for prefill, count in log if prefill)
     assert not any(count for prefill, count in log if not prefill)
 
 
 def test_parallel_samples_an_exception_or_an_abort_leaves_no_block_held():
     """Blocks held for groups of samples outside their tables go back on an abort and on an escaping exception."""
-    from paged.core.scheduler import Scheduler
     from paged.sim.simulator import groups_from_trace
 
     requests = synthetic_trace(40, 40.0, seed=5, max_prompt=120, max_output=80)
-    cost = get_cost_model("opt-13b")
+    cost = get_cost_model("opt-13b", block_size=16)
 
     def stop(finished):
         raise KeyboardInterrupt
 
     manager = _manager("paged", 16, 1 << 14)
-    loop = CalendarServingLoop(Scheduler(manager), SimulatedExecutor(cost), groups_from_trace(requests, n=4),
+    loop = CalendarServingLoop(fast_path.FastScheduler(manager), fast_path.FastSimulatedExecutor(cost), groups_from_trace(requests, n=4),
                                on_finish=stop)
     with pytest.raises(KeyboardInterrupt):
         loop.run()
@@ -206,7 +199,7 @@ def test_parallel_samples_an_exception_or_an_abort_leaves_no_block_held():
 
     manager = _manager("paged", 16, 1 << 14)
     groups = groups_from_trace(requests, n=4)
-    loop = CalendarServingLoop(Scheduler(manager), SimulatedExecutor(cost), groups)
+    loop = CalendarServingLoop(fast_path.FastScheduler(manager), fast_path.FastSimulatedExecutor(cost), groups)
     for _ in range(60):
         loop.step()
     victim = loop.scheduler.running[0]  # the earliest arrival still running: it has crossed into new blocks
@@ -237,13 +230,13 @@ SHARING_CASES = [("paged", 16, "recompute"), ("paged", 1, "recompute"), ("paged"
 @pytest.mark.parametrize("system, block_size, preemption", SHARING_CASES,
                          ids=[f"{s}-{b}-{p}" for s, b, p in SHARING_CASES])
 @pytest.mark.parametrize("load", ["light", "overloaded"])
-def test_parallel_samples_record_sharing_as_the_step_by_step_loop(monkeypatch, system, block_size, preemption, width,
+def test_parallel_samples_record_sharing_as_the_reference(monkeypatch, system, block_size, preemption, width,
                                                                   load):
     """Fig. 15's counts at every iteration (prefills, runs of decodes, the first copies on write, preempting
     decodes, swapped groups) and every other result field, bit-identical with ``record_sharing``."""
     trace, slots, cost = sharing_case(system, block_size, load, requests=(40, 30), rates=(20.0, 80.0), seed=width,
                                       paged_slots_16=1536)
-    fast, ref = served_both(monkeypatch, trace, lambda: _manager(system, block_size, slots), cost,
+    fast, ref = served_both(trace, lambda: _manager(system, block_size, slots), cost,
                             preemption_mode=preemption, n=width, max_num_batched_tokens=4096, record_sharing=True)
     assert fast[1] == ["CalendarServingLoop"] and ref[1] == []
     assert fast[0] == ref[0]
@@ -258,12 +251,12 @@ def test_parallel_samples_record_sharing_as_the_step_by_step_loop(monkeypatch, s
 @pytest.mark.parametrize("trace_name, rate, duration", [("alpaca-bare", 4.0, 40.0), ("sharegpt", 0.5, 120.0),
                                                         ("alpaca-bare", 30.0, 12.0), ("sharegpt", 3.0, 30.0)])
 @pytest.mark.parametrize("width", [1, 2, 6])
-def test_paper_traces_record_sharing_as_the_step_by_step_loop(monkeypatch, trace_name, rate, duration, width):
+def test_paper_traces_record_sharing_as_the_reference(monkeypatch, trace_name, rate, duration, width):
     """Fig. 15's runs (OPT-13B's server, Alpaca and ShareGPT) at its rates and above (where 6 samples are
     preempted): the same counts."""
     requests = long_trace(trace_name, rate, duration, 0)
-    cost = get_cost_model("opt-13b")
-    fast, ref = served_both(monkeypatch, requests, lambda: PagedKVCacheManager(cost.num_kv_slots // 16, 16), cost,
+    cost = get_cost_model("opt-13b", block_size=16)
+    fast, ref = served_both(requests, lambda: managed("paged", cost.num_kv_blocks, 16), cost,
                             n=width, record_sharing=True)
     assert fast[1] == ["CalendarServingLoop"] and fast[0] == ref[0]
     sharing = _sharing_recorded(fast[0][0])
@@ -274,14 +267,14 @@ def test_paper_traces_record_sharing_as_the_step_by_step_loop(monkeypatch, trace
 @pytest.mark.parametrize("block_size, mode", [(16, "reserved"), (1, "reserved"), (128, "reserved"), (16, "tokens")])
 @pytest.mark.parametrize("load, preemption", [("light", "recompute"), ("overloaded", "recompute"),
                                               ("overloaded", "swap")])
-def test_shared_prefix_records_sharing_as_the_step_by_step_loop(monkeypatch, trace_name, block_size, mode, load,
+def test_shared_prefix_records_sharing_as_the_reference(monkeypatch, trace_name, block_size, mode, load,
                                                                 preemption):
     """A reserved prefix (its blocks counted while a sequence uses them) or one found by prefix caching: the
     same counts at every iteration."""
     trace = get_trace(trace_name, 60 if load == "light" else 80, seed=2, rate=10.0 if load == "light" else 200.0)
     slots = 1 << 15 if load == "light" else 1 << 11
     cost = get_cost_model("llama-13b", block_size=block_size)
-    fast, ref = served_both(monkeypatch, trace, lambda: _manager("paged", block_size, slots, mode == "tokens"), cost,
+    fast, ref = served_both(trace, lambda: _manager("paged", block_size, slots, mode == "tokens"), cost,
                             shared_prefix=mode, preemption_mode=preemption, max_num_batched_tokens=4096,
                             record_sharing=True)
     assert fast[1] == ["CalendarServingLoop"] and fast[0] == ref[0]

@@ -15,9 +15,9 @@ decision:
 
 Then each sequence gains ``k`` tokens with one ``append_slots`` call, and the memory breakdown
 that the step-by-step loop would have recorded at each of the ``k`` iterations is summed in
-closed form (integers, so exactly). Both the block limit and the closed form belong to the KV
-cache manager (``decode_run_limit``, ``decode_run_usage`` of :class:`paged.core.KVCacheManager`),
-so this module knows no manager's insides. A group of parallel samples runs like its sequences
+closed form (integers, so exactly). Both the block limit and the closed form belong to the fast KV
+cache managers (``decode_run_limit``, ``decode_run_usage``, :mod:`paged.sim.fast.manager`), so this
+module knows no manager's insides. A group of parallel samples runs like its sequences
 side by side: they share only full blocks (their prompt's; the partly filled last one was copied in
 an iteration that copied, which is not eligible), so each writes into blocks of its own. Beam groups
 (candidates fork and drop every iteration) are not eligible: the caller steps.
@@ -25,10 +25,10 @@ an iteration that copied, which is not eligible), so each writes into blocks of 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from paged.core.scheduler import Scheduler, SchedulerOutputs
 from paged.core.sequence import SequenceStatus
+from paged.sim.executor import check_seconds
+from paged.sim.iteration_cost import IterationCostModel
 
 __all__ = ["decode_run"]
 
@@ -36,26 +36,31 @@ __all__ = ["decode_run"]
 def decode_run(
     scheduler: Scheduler,
     outputs: SchedulerOutputs,
-    decode_time: Callable[[int, int], float],
+    time_model: IterationCostModel,
     now: float,
     next_arrival_time: float,
     memory=None,
+    first_iteration: int = 1,
 ) -> tuple[float, int] | None:
     """Apply the scheduled decode iteration and every following one that would be identical.
 
     Args:
         scheduler: the scheduler that produced ``outputs`` (its manager is used).
         outputs: a decode iteration just returned by ``scheduler.schedule()``.
-        decode_time: ``decode_time(num_seqs, context_tokens) -> seconds`` of one iteration.
+        time_model: its ``decode_time(num_seqs, context_tokens)`` gives one iteration's seconds.
         now: the clock when the first iteration starts (seconds).
         next_arrival_time: when the next request arrives (seconds; ``inf`` if none).
         memory: a :class:`paged.core.metrics.MemoryStats` to add the run's breakdown to, or None.
+        first_iteration: the number of the run's first iteration (what a time error names).
 
     Returns:
         ``(clock after the run, k iterations applied)``; finished sequences are finished
         (``finish_seq``) but their groups are left for ``free_finished_seq_groups``. ``None``
         (nothing changed) if the iteration is not eligible: it preempted, swapped or copied,
         a group replays a beam search, or a group's running sequences differ in length.
+
+    Raises:
+        InvalidTimeError: if the iterations' times do not add up to a finite, non-negative span.
     """
     if outputs.preempted or outputs.blocks_to_swap_in or outputs.blocks_to_swap_out or outputs.blocks_to_copy:
         return None
@@ -90,6 +95,8 @@ def decode_run(
         if kmax is None or left < kmax:
             kmax = left
     num_seqs = len(seqs)
+    decode_time = time_model.decode_time
+    start = now
     # The clock, iteration by iteration, exactly as the step-by-step loop adds it.
     now += decode_time(num_seqs, context)
     first_end = now
@@ -102,6 +109,8 @@ def decode_run(
             k += 1
             if next_arrival_time <= now:
                 break
+    if not start <= now < float("inf"):  # a time model gave a negative, NaN or infinite time
+        check_seconds(now - start, time_model, first_iteration)
     if memory is not None:
         memory.add_usage(manager.decode_run_usage(groups, ns, k), k)
     finish = scheduler.finish_seq

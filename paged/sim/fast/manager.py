@@ -1,0 +1,353 @@
+"""KV cache managers and a scheduler with batched operations, for the simulator's hot paths (§4.2–§4.5).
+
+Each class here is a subclass of a reference class (:class:`~paged.block.PagedKVCacheManager`,
+:class:`~paged.contiguous.ContiguousKVCacheManager`, :class:`~paged.core.Scheduler`) that adds
+operations doing many of the reference's steps in one call, with the same blocks taken and freed in the
+same order:
+
+* a decode step's appends for every running group (:meth:`FastPagedKVCacheManager.append_slots_in_order`,
+  used by :meth:`FastScheduler.schedule_decodes`): a token that fits in its private last block changes a
+  count and nothing else;
+* a new request's prefill without a plan when nothing can be shared but its own prompt;
+* a beam step's frees and forks (``free_and_fork``);
+* the block limit and the memory breakdown of a run of ``k`` identical decode iterations, in closed form
+  (``decode_run_limit``, ``decode_run_usage``; :mod:`paged.sim.fast.fast_forward`);
+* blocks held for the calendars past the tables (``hold_blocks``, ``release_blocks``, ``replace_tables``;
+  :mod:`paged.sim.fast.decode_calendar`, :mod:`paged.sim.fast.beam_calendar`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from paged.block.allocator import OutOfBlocksError
+from paged.block.block_table import BlockTable
+from paged.block.manager import PagedKVCacheManager
+from paged.contiguous.manager import ContiguousKVCacheManager
+from paged.core.kv_cache_manager import AllocStatus, MemoryUsage
+from paged.core.scheduler import Scheduler, SchedulerOutputs
+from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
+
+__all__ = ["FastBlockTable", "FastPagedKVCacheManager", "FastContiguousKVCacheManager", "FastScheduler", "ceil_sum"]
+
+_RUNNING = SequenceStatus.RUNNING
+
+
+def ceil_sum(x: int, block_size: int) -> int:
+    """``sum(ceil(m / block_size) for m in 1..x)`` in O(1) (blocks), for ``x ≥ 0``."""
+    q, r = divmod(x, block_size)
+    return block_size * q * (q + 1) // 2 + r * (q + 1)
+
+
+class FastBlockTable(BlockTable):
+    """A :class:`~paged.block.BlockTable` that can grow to a token count in one call, checking first."""
+
+    __slots__ = ()
+
+    def grow_to(self, num_tokens: int, copies: list[tuple[int, int]]) -> bool:
+        """Room for ``num_tokens`` tokens in all (``append_tokens`` of the difference) if the free blocks
+        cover it, its copy-on-write pair added to ``copies``; False, changing nothing, if they do not.
+        A token inside a private last block changes the count alone. O(1) plus the new blocks."""
+        have, blocks = self._num_tokens, self._blocks
+        if have < num_tokens <= len(blocks) * self._allocator.block_size and \
+                self._allocator.ref_count(blocks[-1]) == 1:
+            self._num_tokens = num_tokens
+            return True
+        if self.num_new_blocks(num_tokens - have) > self._allocator.num_free_blocks:
+            return False
+        copies.extend(self.append_tokens(num_tokens - have))
+        return True
+
+
+class FastPagedKVCacheManager(PagedKVCacheManager):
+    """:class:`~paged.block.PagedKVCacheManager` with the batched operations of the module docstring."""
+
+    block_table_class = FastBlockTable
+    #: A decode allocates a block when a token crosses a block boundary (the calendars read it).
+    decode_allocates = True
+
+    # -- a prefill with nothing to share but its own prompt -------------------------------
+    def _simple(self, seq_group: SequenceGroup) -> bool:
+        """One sequence, or the new samples of one prompt (all waiting, none generated), without a prefix
+        to share and nothing shared before: the plan is ``ceil(tokens / block_size)`` new blocks for the
+        first sequence, the others forks of it. O(sequences)."""
+        seqs = seq_group.seqs
+        if self.enable_prefix_caching or seq_group.prefix_len or seqs[0].seq_id in self._layouts:
+            return False
+        return len(seqs) == 1 or all(s.num_generated == 0 and s.status is SequenceStatus.WAITING for s in seqs)
+
+    def prefill_tokens(self, seq_group: SequenceGroup) -> int:
+        if self._simple(seq_group):
+            return seq_group.seqs[0].num_tokens
+        return super().prefill_tokens(seq_group)
+
+    def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
+        if not self._simple(seq_group):
+            return super().can_allocate(seq_group)
+        usable = self.gpu_allocator.num_blocks - self.watermark_blocks
+        needed = -(-seq_group.seqs[0].num_tokens // self.block_size)
+        if needed > usable or self._worst_case_blocks(seq_group) > usable:
+            return AllocStatus.NEVER
+        return AllocStatus.OK if self.gpu_allocator.num_free_blocks - needed >= self.watermark_blocks else \
+            AllocStatus.LATER
+
+    def allocate(self, seq_group: SequenceGroup) -> list[int]:
+        if not self._simple(seq_group):
+            return super().allocate(seq_group)
+        first, *samples = seq_group.seqs
+        table = FastBlockTable(self.gpu_allocator)
+        table.append_tokens(first.num_tokens)
+        self.block_tables[first.seq_id] = table
+        for sample in samples:
+            self.fork(first, sample)
+        return [0] + [first.num_tokens] * len(samples)
+
+    # -- a decode step ---------------------------------------------------------------------
+    def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
+        """``can_append_slots`` then ``append_slots`` of each running sequence, group by group in order,
+        until a group does not fit: ``(groups done, copy-on-write pairs)``; that group and the later ones
+        are unchanged. O(sequences)."""
+        tables, chains = self.block_tables, self._chains
+        copies: list[tuple[int, int]] = []
+        for done, group in enumerate(seq_groups):
+            seqs = group.seqs
+            if len(seqs) == 1 and seqs[0].status is _RUNNING:  # the common case: one table, one call
+                seq = seqs[0]
+                table = tables[seq.seq_id]
+                if not table.grow_to(seq.prompt_len + seq.num_generated, copies):
+                    return done, copies
+                if chains is not None:
+                    chains.register_full_blocks(seq, table)
+            elif self.can_append_slots(group):
+                for seq in group.get_seqs(_RUNNING):
+                    copies.extend(self.append_slots(seq))
+            else:
+                return done, copies
+        return len(seq_groups), copies
+
+    def free_and_fork(self, dropped: list[Sequence], forks: list[tuple[Sequence, Sequence]]) -> None:
+        """``free`` each sequence of ``dropped``, then ``fork`` each ``(parent, child)``, in order: a beam
+        step (§4.4) in one call. Allocates nothing. O(blocks of the sequences)."""
+        for seq in dropped:
+            self.free(seq)
+        for parent, child in forks:
+            self.fork(parent, child)
+
+    # -- runs of identical decode iterations (fast_forward.py) ------------------------------
+    def decode_run_limit(self, seqs: list[Sequence], max_iterations: int) -> int:
+        """Most decode iterations (≤ ``max_iterations``) whose block-boundary crossings the free blocks
+        cover, each sequence gaining one token per iteration; each writes only into blocks it holds
+        alone. A sequence with room for ``n`` tokens in whole blocks needs a block at iterations
+        ``first, first + block_size, ...`` with ``first = ceil(n / bs) * bs - n + 1``. With prefix caching
+        only free blocks that hold no cached KV count: the run's blocks are taken at its end, group by group,
+        and an eviction then would pick another cached block than the reference's iteration-by-iteration
+        order does. O(crossings)."""
+        if max_iterations <= 1:
+            return max_iterations
+        bs = self.block_size
+        events = []
+        for seq in seqs:
+            n = seq.num_tokens
+            first = -(-n // bs) * bs - n + 1
+            if first < max_iterations:
+                events.extend(range(first, max_iterations, bs))
+        free = self.gpu_allocator.num_free_blocks
+        if self.enable_prefix_caching:  # the run's blocks are taken after it: evictions would pick other blocks
+            free -= self.gpu_allocator.num_evictable_blocks
+        if len(events) <= free:
+            return max_iterations
+        events.sort()
+        return events[free]  # the iteration that would need block number free + 1: stop before it
+
+    def decode_run_usage(self, seq_groups: list[SequenceGroup], num_tokens: list[int], k: int) -> MemoryUsage:
+        """``memory_usage`` summed over ``k`` decode iterations in closed form (slot-iterations): every
+        running sequence of group ``i`` holds ``n = num_tokens[i] + j`` tokens at iteration ``j`` in
+        ``ceil(n / bs)`` blocks. A block several sequences share is full and stays so during the run (a
+        sequence writes only into a block it holds alone), so each extra holder of one is ``block_size``
+        token states too many per iteration, subtracted once. O(groups) without sharing."""
+        used = reserved = internal = 0
+        tri = k * (k - 1) // 2
+        bs = self.block_size
+        shared = False
+        for group, n in zip(seq_groups, num_tokens):
+            final_len = group.prompt_len + group.output_len
+            used_i = k * n + tri
+            alloc_sum = bs * (ceil_sum(n + k - 1, bs) - ceil_sum(n - 1, bs))
+            last_alloc = -(-final_len // bs) * bs  # slots once the final block is allocated
+            count = max(0, n + k - 1 - max(n - 1, last_alloc - bs))  # iterations in that block
+            excess = count * (last_alloc - final_len)  # allocated slots beyond final_len
+            m = len(group.seqs)
+            if m > 1:
+                m = len(self._running_with_table(group))
+                shared = True
+            used += m * used_i
+            reserved += m * (alloc_sum - excess - used_i)
+            internal += m * excess
+        if shared or self.shares_across_groups:
+            tables = self.block_tables
+            holders = Counter(b for g in seq_groups for s in self._running_with_table(g)
+                              for b in tables[s.seq_id].physical_blocks)
+            used -= k * bs * sum(c - 1 for c in holders.values())
+        total = k * self.num_total_slots
+        return MemoryUsage(used, reserved, internal, total - used - reserved - internal, total)
+
+    def _running_with_table(self, group: SequenceGroup) -> list[Sequence]:
+        return [s for s in group.seqs if s.status is _RUNNING and s.seq_id in self.block_tables]
+
+    # -- blocks held outside the tables (the calendars) -------------------------------------
+    def hold_blocks(self, num_blocks: int) -> list[int]:
+        """Take ``num_blocks`` free GPU blocks, one reference each, in no table: a calendar holds a group's
+        blocks past its tables this way, so the free pool is the step-by-step loop's. O(num_blocks).
+
+        Raises:
+            OutOfBlocksError: if fewer blocks are free (nothing is taken).
+        """
+        free = self.gpu_allocator.num_free_blocks
+        if num_blocks > free:
+            raise OutOfBlocksError(f"need {num_blocks} free KV blocks, {free} are free")
+        return [self.gpu_allocator.allocate() for _ in range(num_blocks)]
+
+    def release_blocks(self, blocks: list[int]) -> None:
+        """Give back one reference to each block of ``blocks`` (taken with :meth:`hold_blocks`), in order."""
+        for block in blocks:
+            self.gpu_allocator.free(block)
+
+    def replace_tables(self, tables: list[tuple[Sequence, list[int], int]], *, held: list[int] = (),
+                       take: list[int] = ()) -> None:
+        """Give each sequence of ``tables`` a new table ``(sequence, physical blocks in logical order,
+        tokens)``. Each entry of a new table and each block of ``take`` take one reference (``take``'s are the
+        caller's, given back with :meth:`release_blocks`); then each sequence's old table, if any, gives its
+        references back, tail first, and each block of ``held`` gives back the reference the caller held.
+        Nothing is allocated (§4.4: a calendar writing out or putting aside a replayed beam group's
+        tables). O(blocks).
+
+        Raises:
+            ValueError: if a block is free, or a table's tokens do not need exactly its blocks (checked
+                before anything changes).
+        """
+        bs = self.block_size
+        for seq, blocks, num_tokens in tables:
+            if -(-num_tokens // bs) != len(blocks):
+                raise ValueError(f"sequence {seq.seq_id}: {num_tokens} tokens need {-(-num_tokens // bs)} blocks "
+                                 f"of {bs}, got {len(blocks)}")
+        allocator = self.gpu_allocator
+        for block in take:
+            allocator.incref(block)
+        new = []
+        for seq, blocks, num_tokens in tables:
+            for block in blocks:
+                allocator.incref(block)
+            new.append((seq, FastBlockTable(allocator, blocks, num_tokens)))
+        for seq, table in new:
+            old = self.block_tables.get(seq.seq_id)
+            self.block_tables[seq.seq_id] = table
+            if old is not None:
+                old.free()
+        self.release_blocks(held)
+
+
+class FastContiguousKVCacheManager(ContiguousKVCacheManager):
+    """:class:`~paged.contiguous.ContiguousKVCacheManager` with the batched operations of the module
+    docstring (a reservation already holds every token its request writes: a decode allocates nothing)."""
+
+    decode_allocates = False
+
+    def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
+        """``(groups done, [])``: the groups, in order, up to the first whose running sequences do not all
+        stay inside their reservations. O(sequences)."""
+        reservations = self.reservations
+        for done, group in enumerate(seq_groups):
+            for seq in group.seqs:
+                if seq.status is _RUNNING and seq.prompt_len + seq.num_generated > reservations[seq.seq_id][1]:
+                    return done, []
+        return len(seq_groups), []
+
+    def free_and_fork(self, dropped: list[Sequence], forks: list[tuple[Sequence, Sequence]]) -> None:
+        """``free`` each sequence of ``dropped``, then ``fork`` each ``(parent, child)``, in order.
+
+        Raises:
+            MemoryError: as ``fork``.
+        """
+        for seq in dropped:
+            self.free(seq)
+        for parent, child in forks:
+            self.fork(parent, child)
+
+    def decode_run_limit(self, seqs: list[Sequence], max_iterations: int) -> int:
+        """``max_iterations``: a reservation already covers every token its request will hold. O(1)."""
+        return max_iterations
+
+    def decode_run_usage(self, seq_groups: list[SequenceGroup], num_tokens: list[int], k: int) -> MemoryUsage:
+        """``memory_usage`` summed over ``k`` decode iterations in closed form (slot-iterations): every
+        running sequence of group ``i`` holds ``num_tokens[i] + j`` tokens at iteration ``j`` of its fixed
+        reservation. O(sequences)."""
+        used = reserved = internal = 0
+        tri = k * (k - 1) // 2
+        for group, n in zip(seq_groups, num_tokens):
+            final_len = group.prompt_len + group.output_len
+            used_i = k * n + tri
+            for seq in group.seqs:
+                if seq.status is not _RUNNING:
+                    continue
+                size = self.reservations[seq.seq_id][1]
+                will_use = min(size, final_len)
+                used, reserved = used + used_i, reserved + k * will_use - used_i
+                internal += k * (size - will_use)
+        total = k * self.num_total_slots
+        return MemoryUsage(used, reserved, internal, total - used - reserved - internal, total)
+
+
+class FastScheduler(Scheduler):
+    """:class:`~paged.core.Scheduler` over a fast manager: a decode step's appends in one manager call,
+    the reserved sequences counted in O(1) while every request holds one sequence, and finished groups
+    looked for among the candidates a caller names."""
+
+    def __init__(self, kv_manager, **kwargs) -> None:
+        super().__init__(kv_manager, **kwargs)
+        self._single = True  # every group added held one sequence and never more: reserved = running groups
+
+    def add_seq_group(self, seq_group: SequenceGroup) -> None:
+        super().add_seq_group(seq_group)
+        if len(seq_group.seqs) != 1 or seq_group.max_num_seqs > 1:
+            self._single = False
+
+    def fork_seq(self, group: SequenceGroup, parent: Sequence, child: Sequence) -> None:
+        self._single = False
+        super().fork_seq(group, parent, child)
+
+    def num_reserved_seqs(self) -> int:
+        return len(self.running) if self._single else super().num_reserved_seqs()
+
+    def schedule_decodes(self) -> SchedulerOutputs:
+        """:meth:`~paged.core.Scheduler.schedule_decodes` with the groups that fit appended in one manager
+        call (``append_slots_in_order``): the same preemptions, the same blocks. O(sequences)."""
+        outputs = SchedulerOutputs([], is_prefill=False)
+        groups = self.running  # earliest arrival first
+        kept: list[SequenceGroup] = []
+        lo, hi = 0, len(groups)  # groups[lo:hi] are still to place; groups[hi:] were preempted
+        while lo < hi:
+            done, copies = self.kv_manager.append_slots_in_order(groups[lo:hi])
+            outputs.blocks_to_copy.extend(copies)
+            kept.extend(groups[lo:lo + done])
+            lo += done
+            if lo < hi:  # groups[lo] does not fit: preempt the latest arrival (itself when it is the last)
+                hi = hi - 1 if hi - 1 > lo else lo
+                self.preempt(groups[hi], outputs)
+        self.running = kept
+        if not outputs.preempted:
+            self.schedule_swap_in(outputs)
+        outputs.scheduled_seq_groups = list(self.running)
+        return outputs
+
+    def free_finished_seq_groups(self, candidates: list[SequenceGroup] | None = None) -> list[SequenceGroup]:
+        """:meth:`~paged.core.Scheduler.free_finished_seq_groups`; given ``candidates`` (the running groups
+        that may have finished), only they are checked: O(candidates × groups) in C (list removal)."""
+        if candidates is None:
+            return super().free_finished_seq_groups()
+        finished = [g for g in candidates if g.is_finished()]
+        if len(finished) > 1:
+            finished.sort(key=self.running.index)
+        for group in finished:
+            self.running.remove(group)
+            self._forget(group)
+        return finished
