@@ -11,7 +11,9 @@ Every iteration the scheduler decides which sequence groups run:
    next token makes the scheduler preempt the *latest-arriving* running group (possibly itself)
    until it can: by **recomputation** (free its blocks; it is prefilled again later with prompt
    plus generated tokens) or by **swapping** its blocks to CPU memory. Whole groups are
-   preempted and resumed together. While any group is swapped out no new group is admitted,
+   preempted and resumed together; as in vLLM 0.1, a group of several sequences (parallel samples,
+   beam candidates) is swapped in either mode, a single sequence only in ``"swap"`` mode (a group the
+   CPU swap space cannot hold, or on a manager without one, is recomputed). While any group is swapped out no new group is admitted,
    and swapped groups come back (FCFS) as soon as they fit. A group preempted by recomputation
    is prefilled again sharing what it shared before (its prompt once, forked again), and a
    swapped-out group comes back as soon as its blocks (each shared block once) and the blocks its
@@ -114,8 +116,9 @@ class Scheduler:
         max_num_seqs: most sequences running at once (vLLM's default 256).
         max_num_batched_tokens: most prompt tokens in one prefill iteration (tokens; vLLM's
             default 2048 for 2048-token models).
-        preemption_mode: ``"recompute"`` or ``"swap"``. With ``"swap"``, a group the CPU swap
-            space cannot hold is recomputed instead.
+        preemption_mode: ``"recompute"`` (vLLM 0.1's default: single sequences recomputed, groups of
+            several swapped) or ``"swap"`` (every group swapped). A group the CPU swap space cannot hold
+            is recomputed instead.
 
     Raises:
         ValueError: on an unknown preemption mode or non-positive budgets.
@@ -335,14 +338,16 @@ class Scheduler:
             num_seqs += n
 
     def preempt(self, group: SequenceGroup, outputs: SchedulerOutputs) -> None:
-        """Preempt a whole running group and record it in ``outputs`` (§4.5): swap its blocks out when
-        the mode is ``"swap"`` and the CPU space holds them, else free them for recomputation (the group
-        goes back to the head of the waiting queue). The caller takes it out of :attr:`running`.
+        """Preempt a whole running group and record it in ``outputs`` (§4.5): swap its blocks out when the
+        mode is ``"swap"``, or when the group runs several sequences (vLLM 0.1 swaps those in either mode:
+        it cannot recompute a group), if the CPU space holds them; else free them for recomputation (the
+        group goes back to the head of the waiting queue). The caller takes it out of :attr:`running`.
         O(the group's blocks)."""
         group.num_preemptions += 1
         self.num_preemptions += 1
         outputs.preempted.append(group)
-        if self.preemption_mode == "swap" and self.kv_manager.can_swap_out(group):
+        swap = self.preemption_mode == "swap" or group.peak_num_seqs > 1
+        if swap and self.kv_manager.can_swap_out(group):
             outputs.blocks_to_swap_out.extend(self.kv_manager.swap_out(group))
             for seq in group.get_seqs(SequenceStatus.RUNNING):
                 seq.status = SequenceStatus.SWAPPED

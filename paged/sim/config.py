@@ -48,7 +48,8 @@ class ServingConfig:
         prefix_caching: paged only: automatic prefix caching finds shared prefixes by their tokens;
             otherwise the paged system shares a trace's prefixes as a provider-reserved prefix (§4.4).
         max_num_seqs: most sequences running at once (vLLM's 256).
-        max_num_batched_tokens: most tokens in one prefill (tokens); None: ``max(2048, max_seq_len)``.
+        max_num_batched_tokens: most tokens in one prefill (tokens); None: ``max(2560, max_seq_len)``,
+            vLLM 0.1's default budget (2,560) or a whole prompt of the model's maximum length.
         trace, seed, tokenizer: the workload (:func:`paged.workloads.get_trace`).
         n, beam_width: every request runs ``n`` parallel samples or a beam search of that width (§4.4).
 
@@ -147,7 +148,7 @@ class ServingConfig:
         """The scheduler's budgets and preemption mode, as :func:`paged.sim.simulator.simulate` takes them."""
         budget = self.max_num_batched_tokens
         return dict(max_num_seqs=self.max_num_seqs, preemption_mode=self.preemption,
-                    max_num_batched_tokens=max(2048, self.max_seq_len) if budget is None else budget)
+                    max_num_batched_tokens=max(2560, self.max_seq_len) if budget is None else budget)
 
     def serve(self, requests, *, on_finish=None, record_sharing: bool = False) -> ServingResult:
         """Serve ``requests`` (with ``prompt_len``, ``output_len``, ``arrival_time`` and optionally

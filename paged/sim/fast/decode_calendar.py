@@ -448,11 +448,11 @@ class CalendarServingLoop(FastServingLoop):
 
     def _preempting_decode(self, now: float, next_arrival: float) -> list[SequenceGroup]:
         """The first decode iteration needs more blocks than are free: the scheduler's decode step
-        (:meth:`~paged.core.scheduler.Scheduler.schedule_decodes`, recomputation) on the groups that need
-        blocks (crossings, first copies on write): walking the running groups in order, each takes what it
-        needs, and while it does not fit the latest-arriving group is preempted (the needy one itself when
-        it is the latest; a group of samples gives back its held blocks first). Groups that need nothing
-        are kept. Then one iteration, as :meth:`ServingLoop.step` with the simulated executor runs it
+        (:meth:`~paged.core.scheduler.Scheduler.schedule_decodes`) on the groups that need blocks
+        (crossings, first copies on write): walking the running groups in order, each takes what it needs,
+        and while it does not fit the latest-arriving group is preempted by the scheduler (the needy one
+        itself when it is the latest; a group of samples has its tables written out first: it is
+        recomputed, or swapped out as vLLM swaps groups). Groups that need nothing are kept. Then one iteration, as :meth:`ServingLoop.step` with the simulated executor runs it
         (recording its sharing counts once the victims are gone and the blocks taken); the calendar drops the
         preempted groups."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
@@ -483,8 +483,8 @@ class CalendarServingLoop(FastServingLoop):
                 generated = g - offset[victim]
                 for seq in victim.seqs:
                     seq.num_generated = generated
-                if victim in self._lazy:
-                    self._release(self._held_for(victim, generated))
+                if victim in self._lazy:  # its tables as the reference has them: swapped or freed whole
+                    self._write_tables(victim, generated)
                 scheduler.preempt(victim, outputs)
                 free = (manager.num_total_slots - manager.num_used_slots) // bs
                 if hi == pos:
@@ -531,13 +531,16 @@ class CalendarServingLoop(FastServingLoop):
             result.sharing.add(manager.blocks_in_use(), self._blocks + grown)
         self._blocks += grown
         num_seqs, context = n + self._samples, self._context
+        cost = executor.iteration_time
+        t = 0.0  # swaps and copies before the decode, added as the cost model adds them
+        if outputs.blocks_to_swap_out:  # a group of several sequences is swapped out in either mode
+            t += cost.swap_time(len(outputs.blocks_to_swap_out))
         if copies:
-            seconds = executor.iteration_time.block_copy_time(copies)
-            t = now + (seconds + self._decode_time_of(num_seqs)(context))
+            seconds = cost.block_copy_time(copies)
+            t += seconds
             executor.cow_blocks += copies
             executor.cow_seconds += seconds
-        else:
-            t = now + self._decode_time_of(num_seqs)(context)
+        t = now + (t + self._decode_time_of(num_seqs)(context))
         self._g = g + 1
         self._check_clock(now, t)
         executor.now = t
