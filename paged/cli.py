@@ -129,11 +129,18 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.n > 1 and args.beam_width > 1:
         raise ValueError("--n and --beam-width cannot both be above 1 (parallel sampling or beam search)")
     model = args.model
+    if args.allow_long_max_seq_len and args.max_seq_len is None:
+        raise ValueError("--allow-long-max-seq-len needs --max-seq-len (the length beyond the model's positions)")
     if args.gpu is not None or args.tp is not None or args.max_seq_len is not None:
-        from paged.sim.cost_model import get_cost_model
+        from paged.sim.deployment import LONG_MARK, get_deployment
 
         # the deployment's name (model@TPxGPU:MAXLEN) carries the server to every layer below
-        model = get_cost_model(model, gpu=args.gpu, tp=args.tp, max_seq_len=args.max_seq_len).model.name
+        spec = get_deployment(model, args.gpu, args.tp, args.max_seq_len,
+                              allow_long_max_seq_len=args.allow_long_max_seq_len).model
+        model = spec.name
+        if model.endswith(LONG_MARK):  # vLLM logs the same warning when VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 allows it
+            warnings.warn(f"--max-seq-len {spec.max_seq_len} is beyond the model's {spec.model_max_len} positions; "
+                          f"the run records it in its model name {model!r}")
     if args.paper_length:
         num_requests = None  # simulate_point's paper-length run
     elif args.num_requests is None:  # "all": every request of the trace, sampled in its order
@@ -259,7 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "model outside Table 1)")
     sim.add_argument("--tp", type=positive_int, default=None, help="tensor-parallel GPUs (needs --gpu; default 1)")
     sim.add_argument("--max-seq-len", type=positive_int, default=None,
-                     help="longest sequence served (tokens; default the model's max_position_embeddings)")
+                     help="longest sequence served (tokens; default the model's max_position_embeddings, RoPE "
+                          "scaling included); a request longer than it is refused")
+    sim.add_argument("--allow-long-max-seq-len", action="store_true",
+                     help="accept a --max-seq-len beyond the model's positions (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); "
+                          "the model name in the output ends in '!'")
     sim.add_argument("--trace", default="sharegpt",
                      help=f"workload: {' | '.join(NAMED_TRACES)} | path to a length CSV or ShareGPT JSON")
     sim.add_argument("--system", default="paged", choices=PAPER_SYSTEMS, help="serving system")

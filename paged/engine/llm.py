@@ -45,6 +45,7 @@ import torch
 from tqdm.auto import tqdm
 
 from paged.core.checks import as_positive_int, as_token_ids
+from paged.core.max_model_len import check_request_len, derived_max_model_len, verify_max_model_len
 from paged.core.scheduler import PREEMPTION_MODES, Scheduler
 from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop
@@ -158,13 +159,14 @@ class LLM:
         kv_manager: a system of :data:`KV_MANAGERS`: ``"paged"`` or an Orca variant (``"orca-max"``, §6.1).
         num_cpu_blocks: swap space (blocks); default as many as the GPU cache with ``"swap"``, else 0.
         max_num_seqs, max_num_batched_tokens: scheduler budgets (default 256 and the model length).
-        max_model_len: longest sequence (tokens); default the model's ``max_position_embeddings``.
+        max_model_len: longest sequence (tokens); default the model's ``max_position_embeddings`` (RoPE
+            scaling taken into account, :mod:`paged.core.max_model_len`); longer is refused.
         watermark: fraction of blocks kept free at admission (paged).
         enable_prefix_caching: automatic prefix caching (paged only).
 
     Raises:
         ValueError: unknown ``kv_manager`` or ``preemption``, bad sizes, or ``max_model_len`` beyond the
-            model's ``max_position_embeddings``, prefix caching with a contiguous ``kv_manager``.
+            model's positions, prefix caching with a contiguous ``kv_manager``.
         FileNotFoundError: a model path that does not exist.
     """
 
@@ -192,11 +194,11 @@ class LLM:
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
         config = self.model.config
-        model_len = getattr(config, "max_position_embeddings", None)
-        if max_model_len is not None and model_len is not None and max_model_len > model_len:
-            raise ValueError(f"max_model_len={max_model_len} is longer than the model's context "
-                             f"(max_position_embeddings={model_len})")
-        self.max_model_len = int(max_model_len or model_len or 2048)
+        model_len, how = derived_max_model_len(config)  # vLLM's _get_and_verify_max_len (RoPE scaling included)
+        if max_model_len is None and model_len is None:
+            model_len, how = 2048, "no max_position_embeddings: vLLM's default of 2048"
+        self.max_model_len = verify_max_model_len(model_len, None if max_model_len is None else int(max_model_len),
+                                                  model="the model", how=how, what="max_model_len", hint="")
         num_layers, num_kv_heads, head_size = model_kv_shape(config)
         if num_gpu_blocks is None:
             budget = _DEFAULT_KV_CACHE_BYTES if kv_cache_bytes is None else int(kv_cache_bytes)
@@ -247,10 +249,8 @@ class LLM:
                     arrival_time: float) -> SequenceGroup:
         if not prompt_ids:
             raise ValueError(f"prompt {request_id} is empty (0 tokens)")
-        total = len(prompt_ids) + params.max_tokens
-        if total > self.max_model_len:
-            raise ValueError(f"prompt {request_id}: {len(prompt_ids)} prompt tokens + max_tokens={params.max_tokens} "
-                             f"= {total} > max_model_len={self.max_model_len}")
+        # max_tokens counts as the output: the request may run that long (vLLM's OpenAI server refuses the same)
+        check_request_len(request_id, len(prompt_ids), params.max_tokens, self.max_model_len, what="max_model_len")
         if params.use_beam_search and get_system(self.kv_manager_name).kv_cache != "paged":
             raise ValueError("beam search needs kv_manager='paged' (contiguous reservations cannot be shared by forks)")
         num_seqs = 1 if params.use_beam_search else params.n

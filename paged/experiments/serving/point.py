@@ -126,7 +126,7 @@ def run_system(trace, system: str, model: str | CostModel = "opt-13b", *, block_
     cpu_blocks = CPU_SWAP_BYTES * cost.server.num_gpus // (cost.model.kv_bytes_per_token * block_size)
     manager = make_kv_manager(system, slots, block_size=block_size, max_seq_len=max_len, num_cpu_blocks=cpu_blocks,
                               enable_prefix_caching=prefix_caching)
-    return simulate(trace, manager, cost, preemption_mode=preemption, record_memory=False,
+    return simulate(trace, manager, cost, preemption_mode=preemption, record_memory=False, max_seq_len=max_len,
                     max_num_batched_tokens=max(2048, max_len), on_finish=on_finish, n=n, beam_width=beam_width,
                     shared_prefix="tokens" if prefix_caching else "reserved", record_sharing=record_sharing)
 
