@@ -99,8 +99,8 @@ def load_config(model: str | os.PathLike):
     """
     path = config_path(model)
     try:
-        fields = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        fields = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not a JSON config: {err}") from None
     if not isinstance(fields, dict) or "model_type" not in fields:
         raise ValueError(f"{path} has no 'model_type': not a Hugging Face config.json")
@@ -112,13 +112,23 @@ def load_config(model: str | os.PathLike):
     if "torch_dtype" in fields and "dtype" not in fields:  # the published files' name; transformers 5 says dtype
         fields["dtype"] = fields.pop("torch_dtype")
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # its notices about legacy field values are not ours to print
+    hf_logging.set_verbosity(hf_logging.CRITICAL)  # its notices about field values: the refusal below says it once
     try:
         return AutoConfig.for_model(model_type, **fields)
     except ValueError as err:
-        raise ValueError(f"{path}: transformers does not know model_type {model_type!r} ({err})") from None
+        if not isinstance(model_type, str) or model_type not in _known_model_types():
+            raise ValueError(f"{path}: transformers does not know model_type {model_type!r} ({err})") from None
+        raise ValueError(f"{path}: not a valid {model_type!r} config ({err})") from None
+    except Exception as err:  # noqa: BLE001 - the config class validating the file's values (e.g. 0 heads)
+        raise ValueError(f"{path}: not a valid {model_type!r} config ({type(err).__name__}: {err})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
+
+
+def _known_model_types() -> frozenset:
+    from transformers import CONFIG_MAPPING
+
+    return frozenset(CONFIG_MAPPING.keys())
 
 
 def _int(config, name: str, path) -> int:
