@@ -108,6 +108,12 @@ def _fragmentation(args: argparse.Namespace) -> int:
     from paged.experiments.nb01_fragmentation.fragmentation import SYSTEMS, default_num_slots, memory_waste
     from paged.workloads import get_trace
 
+    from paged.sim.deployment import get_model_spec
+
+    # a length beyond the model's positions is refused, as simulate's, unless allowed (then said on stderr)
+    spec = get_model_spec(args.model, args.max_seq_len, allow_long_max_seq_len=args.allow_long_max_seq_len)
+    if spec.model_max_len is not None and spec.max_seq_len > spec.model_max_len:
+        warnings.warn(f"--max-seq-len {spec.max_seq_len} is beyond {spec.name}'s {spec.model_max_len} positions")
     trace = get_trace(args.trace, args.num_requests, seed=args.seed, rate=args.rate, tokenizer=args.tokenizer)
     if args.num_requests is None:
         print(f"{len(trace)} requests (all of {args.trace!r})", file=sys.stderr)
@@ -294,7 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "(a CSV's arrival_time column), else all at t=0")
     frag.add_argument("--model", default="opt-13b", help="model whose KV size sets the capacity")
     frag.add_argument("--kv-cache-gib", type=positive_float, default=12.0, help="KV cache memory (GiB)")
-    frag.add_argument("--max-seq-len", type=positive_int, default=2048, help="maximum sequence length")
+    frag.add_argument("--max-seq-len", type=positive_int, default=2048,
+                      help="maximum sequence length (tokens; Orca (Max)'s reservation; at most --model's positions)")
+    frag.add_argument("--allow-long-max-seq-len", action="store_true",
+                      help="accept a --max-seq-len beyond --model's positions (said on stderr)")
     frag.add_argument("--json", action="store_true", help="print exactly one JSON object")
     frag.set_defaults(func=_fragmentation)
 

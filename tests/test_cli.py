@@ -79,12 +79,14 @@ def test_simulate_groups_print_the_blocks_saved_by_sharing(flags):
      "more than the server's maximum sequence length max_seq_len=10: it can never be served"),
     (("simulate", "--gpu", "a100-80gb", "--max-seq-len", "4096"), "max_seq_len=4096 is longer than opt-13b's 2048"),
     (("simulate", "--allow-long-max-seq-len"), "--allow-long-max-seq-len needs --max-seq-len"),
+    (("fragmentation", "--max-seq-len", "4096"), "max_seq_len=4096 is longer than opt-13b's 2048 positions"),
+    (("simulate", "--block-size", "0"), "error: argument --block-size: must be ≥ 1, got 0 (see python -m paged simulate"),
 ])
 def test_bad_input_is_one_clear_error(args, message):
     out = run(*args)
     assert out.returncode == 2
     assert message in out.stderr
-    assert "Traceback" not in out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1 and out.stdout == ""
 
 
 def test_a_length_beyond_the_models_positions_is_recorded_when_allowed(tmp_path):
