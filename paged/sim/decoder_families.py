@@ -60,7 +60,8 @@ class Family:
 
 _LLAMA = Family(gated=True, layer_norm=False, qkv_bias="attention_bias", out_bias="attention_bias",
                 mlp_bias="mlp_bias")
-_GPT2 = Family(gated=False, layer_norm=True, qkv_bias=True, out_bias=True, mlp_bias=True, positions=0, intermediate=None)
+_GPT2 = Family(gated=False, layer_norm=True, qkv_bias=True, out_bias=True, mlp_bias=True, positions=0,
+               intermediate=None)
 
 #: model_type -> layout, from transformers' modeling files of each type.
 FAMILIES: dict[str, Family] = {
@@ -75,8 +76,10 @@ FAMILIES: dict[str, Family] = {
     "opt": Family(gated=False, layer_norm=True, qkv_bias="enable_bias", out_bias="enable_bias", mlp_bias="enable_bias",
                   positions=2, intermediate="ffn_dim"),
     "gpt2": _GPT2,
-    "gptj": Family(gated=False, layer_norm=True, norms_per_layer=1, mlp_bias=True, lm_head_bias=True, intermediate=None),
-    "gpt_neox": Family(gated=False, layer_norm=True, qkv_bias="attention_bias", out_bias="attention_bias", mlp_bias=True),
+    "gptj": Family(gated=False, layer_norm=True, norms_per_layer=1, mlp_bias=True, lm_head_bias=True,
+                   intermediate=None),
+    "gpt_neox": Family(gated=False, layer_norm=True, qkv_bias="attention_bias", out_bias="attention_bias",
+                       mlp_bias=True),
     "phi": Family(gated=False, layer_norm=True, norms_per_layer=1, head_norms="qk_layernorm", qkv_bias=True,
                   out_bias=True, mlp_bias=True, lm_head_bias=True),
     "starcoder2": Family(gated=False, layer_norm=True, qkv_bias="use_bias", out_bias="use_bias", mlp_bias="use_bias"),
@@ -85,8 +88,8 @@ FAMILIES: dict[str, Family] = {
 #: Encoder-only model types (they encode text, they do not generate it: nothing to serve).
 ENCODER_ONLY = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
                           "camembert", "mpnet", "modernbert", "ernie", "nomic_bert", "xlm"})
-#: Config fields that mark a mixture of experts (Mixtral, Qwen-MoE, DeepSeek, DBRX, OLMoE, ...).
-_EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "ffn_config")
+#: Config fields that mark a mixture of experts (Mixtral, Qwen-MoE, DeepSeek, OLMoE, ...).
+_EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 
 def family_of(config, source: str) -> Family:
@@ -99,8 +102,8 @@ def family_of(config, source: str) -> Family:
     model_type = getattr(config, "model_type", None)
     experts = next((f"{name}={value}" for name in _EXPERT_FIELDS if (value := getattr(config, name, None))), None)
     if experts:
-        raise ValueError(f"{source}: {model_type!r} is a mixture-of-experts model ({experts}): not modelled (only dense "
-                         f"decoder-only models: {', '.join(FAMILIES)})")
+        raise ValueError(f"{source}: {model_type!r} is a mixture-of-experts model ({experts}): not modelled (only "
+                         f"dense decoder-only models: {', '.join(FAMILIES)})")
     if model_type in ENCODER_ONLY:
         raise ValueError(f"{source}: {model_type!r} is an encoder-only model: it encodes text and generates none, so "
                          f"there is no KV cache to serve (decoder-only families: {', '.join(FAMILIES)})")
@@ -143,7 +146,8 @@ def count_parameters(config, family: Family, *, hidden: int, layers: int, heads:
         extra = 2 * hidden * embed_dim if embed_dim != hidden else 0
         affine = getattr(config, "layer_norm_elementwise_affine", True)
         layer_norms = layer_norms if affine else 0
-        keeps_final = getattr(config, "do_layer_norm_before", True) and not getattr(config, "_remove_final_layer_norm", False)
+        keeps_final = (getattr(config, "do_layer_norm_before", True)
+                       and not getattr(config, "_remove_final_layer_norm", False))
         final_norm = final_norm if affine and keeps_final else 0
     positions = 0
     if family.positions is not None:
