@@ -106,9 +106,8 @@ def _naming_the_trace(trace: str):
 
 def _fragmentation(args: argparse.Namespace) -> int:
     from paged.experiments.nb01_fragmentation.fragmentation import SYSTEMS, default_num_slots, memory_waste
-    from paged.workloads import get_trace
-
     from paged.sim.deployment import get_model_spec
+    from paged.workloads import get_trace
 
     # a length beyond the model's positions is refused, as simulate's, unless allowed (then said on stderr)
     spec = get_model_spec(args.model, args.max_seq_len, allow_long_max_seq_len=args.allow_long_max_seq_len)
