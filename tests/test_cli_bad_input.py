@@ -256,35 +256,30 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 
 
 def _declared(nb: Path) -> dict:
-    """The notebook's parameters and their types, as its parameters cell records them."""
-    import nbformat
+    """The notebook's parameters and their declared type names, as papermill reads its parameters cell."""
+    import papermill as pm
 
-    from paged.experiments.notebook.parameters import _KEY
-
-    cell = next(c for c in nbformat.read(str(nb), as_version=4).cells if c.cell_type == "code")
-    namespace: dict = {}
-    exec(compile(cell.source, str(nb), "exec", dont_inherit=True), namespace)  # noqa: S102 - as a kernel runs it
-    return namespace[_KEY][2]
+    return {name: info["inferred_type_name"] for name, info in pm.inspect_notebook(str(nb)).items()}
 
 
 DECLARED = {nb.stem: _declared(nb) for nb in NOTEBOOKS}
 #: Values of the wrong type for a declared type (bool is no int here, as the notebooks' checks say).
-WRONG = {int: ["x", 1.5, [1], {"a": 1}, True], float: ["x", [1.0], {"a": 1.0}, True], str: [1, 2.5, [1], {"a": "b"}],
-         bool: [1, "yes", [True]], "list": ["x", 3, {"a": 1}, [{"a": 1}]], "dict": ["x", 3, [1]]}
+WRONG = {"int": ["x", 1.5, [1], {"a": 1}, True], "float": ["x", [1.0], {"a": 1.0}, True],
+         "str": [1, 2.5, [1], {"a": "b"}], "bool": [1, "yes", [True]], "list": ["x", 3, {"a": 1}, [{"a": 1}]],
+         "dict": ["x", 3, [1]]}
 
 
-def _wrong_values(tp) -> list:
-    import typing
-
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, __import__("types").UnionType):  # Optional[T]: what T refuses, never None
-        return [v for arg in args if arg is not type(None) for v in _wrong_values(arg)]
-    if tp in (list, tuple) or origin in (list, tuple):
-        item = _wrong_values(args[0]) if args and args[0] is not typing.Any else []
-        return WRONG["list"] + [[v] for v in item[:2]]
-    if tp is dict or origin is dict:
+def _wrong_values(type_name: str) -> list:
+    """Values a parameter declared ``type_name`` (papermill's text: ``int``, ``list[int]``,
+    ``Optional[int]``, ``dict[str, float]``) refuses; [] when it takes anything."""
+    if type_name.startswith("Optional[") and type_name.endswith("]"):  # what T refuses, never None
+        return _wrong_values(type_name[len("Optional["):-1])
+    if type_name.startswith(("list", "tuple")):
+        item = type_name[type_name.find("[") + 1:-1] if "[" in type_name else ""
+        return WRONG["list"] + [[v] for v in WRONG.get(item, [])[:2]]
+    if type_name.startswith("dict"):
         return WRONG["dict"]
-    return WRONG.get(tp, [])
+    return WRONG.get(type_name, [])
 
 
 @settings(max_examples=60, **SETTINGS)
@@ -300,8 +295,8 @@ def test_a_bad_papermill_parameter_is_one_error_line_naming_the_notebook(data, t
         name = data.draw(st.from_regex(r"[a-z][a-z_]{2,10}", fullmatch=True).filter(lambda n: n not in declared))
         value = 1
     else:
-        name = data.draw(st.sampled_from(sorted(n for n, (tp, _) in declared.items() if _wrong_values(tp))), label="name")
-        value = data.draw(st.sampled_from(_wrong_values(declared[name][0])), label="value")
+        name = data.draw(st.sampled_from(sorted(n for n, tp in declared.items() if _wrong_values(tp))), label="name")
+        value = data.draw(st.sampled_from(_wrong_values(declared[name])), label="value")
     notebook = f"notebooks/{stem}.ipynb"
     grid = json.dumps({name: [value]})
     err = assert_one_error_line(["sweep-notebook", notebook, "--grid", grid, "--out", str(tmp_path / "o")])
