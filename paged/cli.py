@@ -24,8 +24,17 @@ import math
 import sys
 import warnings
 
-__all__ = ["main", "build_parser", "run_command", "positive_int", "nonnegative_int", "seed_int", "positive_float",
-           "count_or_all"]
+__all__ = ["main", "build_parser", "run_command", "ArgumentParser", "positive_int", "nonnegative_int", "seed_int",
+           "positive_float", "count_or_all"]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too) whose errors are one line, like every other refusal of
+    the command line: ``error: argument --block-size: must be ≥ 1, got 0 (see python -m paged simulate
+    --help)`` and exit status 2, without the usage block argparse prints first."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 def positive_int(text: str) -> int:
@@ -84,18 +93,35 @@ def _json(result: dict) -> str:
     return json.dumps(clean(result), allow_nan=False)
 
 
+@contextlib.contextmanager
+def _naming_the_trace(trace: str):
+    """A request the server refuses is named with the trace it came from (a file's path, or a name)."""
+    from paged.core.kv_cache_manager import RequestTooLargeError
+
+    try:
+        yield
+    except RequestTooLargeError as err:
+        raise RequestTooLargeError(f"trace {trace}: {err}") from None
+
+
 def _fragmentation(args: argparse.Namespace) -> int:
     from paged.experiments.nb01_fragmentation.fragmentation import SYSTEMS, default_num_slots, memory_waste
+    from paged.sim.deployment import get_model_spec
     from paged.workloads import get_trace
 
+    # a length beyond the model's positions is refused, as simulate's, unless allowed (then said on stderr)
+    spec = get_model_spec(args.model, args.max_seq_len, allow_long_max_seq_len=args.allow_long_max_seq_len)
+    if spec.model_max_len is not None and spec.max_seq_len > spec.model_max_len:
+        warnings.warn(f"--max-seq-len {spec.max_seq_len} is beyond {spec.name}'s {spec.model_max_len} positions")
     trace = get_trace(args.trace, args.num_requests, seed=args.seed, rate=args.rate, tokenizer=args.tokenizer)
     if args.num_requests is None:
         print(f"{len(trace)} requests (all of {args.trace!r})", file=sys.stderr)
     num_slots = default_num_slots(args.model, int(args.kv_cache_gib * 2**30), args.block_size)
     result = {}
     for system in SYSTEMS:
-        fractions, _ = memory_waste(trace, system, num_slots=num_slots, block_size=args.block_size,
-                                    max_seq_len=args.max_seq_len)
+        with _naming_the_trace(args.trace):
+            fractions, _ = memory_waste(trace, system, num_slots=num_slots, block_size=args.block_size,
+                                        max_seq_len=args.max_seq_len)
         result[system] = fractions
     if args.json:
         print(_json(result))
@@ -129,21 +155,29 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.n > 1 and args.beam_width > 1:
         raise ValueError("--n and --beam-width cannot both be above 1 (parallel sampling or beam search)")
     model = args.model
+    if args.allow_long_max_seq_len and args.max_seq_len is None:
+        raise ValueError("--allow-long-max-seq-len needs --max-seq-len (the length beyond the model's positions)")
     if args.gpu is not None or args.tp is not None or args.max_seq_len is not None:
-        from paged.sim.deployment import get_deployment
+        from paged.sim.deployment import LONG_MARK, get_deployment
 
         # the deployment's name (model@TPxGPU:MAXLEN) carries the server to every layer below
-        model = get_deployment(model, args.gpu, args.tp, args.max_seq_len).model.name
+        spec = get_deployment(model, args.gpu, args.tp, args.max_seq_len,
+                              allow_long_max_seq_len=args.allow_long_max_seq_len).model
+        model = spec.name
+        if model.endswith(LONG_MARK):  # vLLM logs the same warning when VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 allows it
+            warnings.warn(f"--max-seq-len {spec.max_seq_len} is beyond the model's {spec.model_max_len} positions; "
+                          f"the run records it in its model name {model!r}")
     if args.paper_length:
         num_requests = None  # simulate_point's paper-length run
     elif args.num_requests is None:  # "all": every request of the trace, sampled in its order
         num_requests = len(get_trace(args.trace, None, seed=args.seed, tokenizer=args.tokenizer))
     else:
         num_requests = args.num_requests
-    result = simulate_point(model=model, trace=args.trace, system=args.system, rate=args.rate,
-                            num_requests=num_requests, seed=args.seed, block_size=args.block_size,
-                            preemption=args.preemption, n=args.n, beam_width=args.beam_width,
-                            prefix_caching=args.prefix_caching, record_sharing=True, tokenizer=args.tokenizer)
+    with _naming_the_trace(args.trace):
+        result = simulate_point(model=model, trace=args.trace, system=args.system, rate=args.rate,
+                                num_requests=num_requests, seed=args.seed, block_size=args.block_size,
+                                preemption=args.preemption, n=args.n, beam_width=args.beam_width,
+                                prefix_caching=args.prefix_caching, record_sharing=True, tokenizer=args.tokenizer)
     if args.json:
         print(_json(result))
     else:
@@ -156,11 +190,19 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _executed(folder: str) -> list:
+    """The executed notebooks in ``folder``, each checked to be a notebook (the error names the file)."""
     from pathlib import Path
+
+    import nbformat
 
     notebooks = sorted(Path(folder).glob("*.ipynb"))
     if not notebooks:
         raise FileNotFoundError(f"no executed notebooks in {folder!r}: run `make reproduce` first")
+    for path in notebooks:
+        try:
+            nbformat.read(str(path), as_version=4)
+        except Exception as err:  # noqa: BLE001 - not JSON, not UTF-8, not a notebook's shape: all the file's fault
+            raise ValueError(f"{path}: not a Jupyter notebook ({type(err).__name__}: {err})") from None
     return notebooks
 
 
@@ -198,16 +240,28 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
 
     import yaml
 
+    from paged.experiments.notebook.parameters import check_notebook_parameters
     from paged.experiments.notebook.sweep import check_parameter_names, cluster, parameter_grid, sweep_notebook
 
-    text = Path(args.grid).read_text() if Path(args.grid).is_file() else args.grid
+    grid_file = Path(args.grid).is_file()
+    where = f"--grid file {args.grid}" if grid_file else "--grid"  # each error names the file it read
     try:
+        text = Path(args.grid).read_text(encoding="utf-8") if grid_file else args.grid
         sets = parameter_grid(yaml.safe_load(text))
-    except yaml.YAMLError as err:
-        raise ValueError(f"--grid is not valid YAML: {err}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ValueError(f"{where} is not valid YAML: {err}") from None
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
     if not Path(args.notebook).is_file():
         raise FileNotFoundError(f"notebook {args.notebook!r} does not exist")
-    check_parameter_names(args.notebook, sets)  # a misspelled name fails before the cluster starts
+    try:
+        check_parameter_names(args.notebook, sets)  # a misspelled name fails before the cluster starts
+    except ValueError as err:
+        raise ValueError(str(err) if Path(args.notebook).name in str(err) else f"{args.notebook}: {err}") from None
+    except Exception as err:  # noqa: BLE001 - JSON that is not a notebook's shape
+        raise ValueError(f"{args.notebook}: not a Jupyter notebook ({type(err).__name__}: {err})") from None
+    for values in sets:  # a mistyped or out-of-range value fails here too, not in every run
+        check_notebook_parameters(args.notebook, values)
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(cluster(args.backend, args.address, n_workers=args.workers))
@@ -224,7 +278,7 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every command."""
-    parser = argparse.ArgumentParser(prog="python -m paged", description="PagedAttention reproduction")
+    parser = ArgumentParser(prog="python -m paged", description="PagedAttention reproduction")
     sub = parser.add_subparsers(dest="command", required=True)
 
     # choices from light modules only (no pandas, numpy or torch): `python -m paged --help` stays fast
@@ -245,7 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "(a CSV's arrival_time column), else all at t=0")
     frag.add_argument("--model", default="opt-13b", help="model whose KV size sets the capacity")
     frag.add_argument("--kv-cache-gib", type=positive_float, default=12.0, help="KV cache memory (GiB)")
-    frag.add_argument("--max-seq-len", type=positive_int, default=2048, help="maximum sequence length")
+    frag.add_argument("--max-seq-len", type=positive_int, default=2048,
+                      help="maximum sequence length (tokens; Orca (Max)'s reservation; at most --model's positions)")
+    frag.add_argument("--allow-long-max-seq-len", action="store_true",
+                      help="accept a --max-seq-len beyond --model's positions (said on stderr)")
     frag.add_argument("--json", action="store_true", help="print exactly one JSON object")
     frag.set_defaults(func=_fragmentation)
 
@@ -259,7 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "model outside Table 1)")
     sim.add_argument("--tp", type=positive_int, default=None, help="tensor-parallel GPUs (needs --gpu; default 1)")
     sim.add_argument("--max-seq-len", type=positive_int, default=None,
-                     help="longest sequence served (tokens; default the model's max_position_embeddings)")
+                     help="longest sequence served (tokens; default the model's max_position_embeddings, RoPE "
+                          "scaling included); a request longer than it is refused")
+    sim.add_argument("--allow-long-max-seq-len", action="store_true",
+                     help="accept a --max-seq-len beyond the model's positions (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); "
+                          "the model name in the output ends in '!'")
     sim.add_argument("--trace", default="sharegpt",
                      help=f"workload: {' | '.join(NAMED_TRACES)} | path to a length CSV or ShareGPT JSON")
     sim.add_argument("--system", default="paged", choices=PAPER_SYSTEMS, help="serving system")
@@ -351,6 +412,6 @@ def run_command(parser: argparse.ArgumentParser, body, argv: list[str] | None = 
     try:
         return body(args) or 0
     except (ValueError, OSError, MemoryError) as err:
-        parser.exit(2, f"error: {err}\n")
+        parser.exit(2, f"error: {' '.join(str(err).split())}\n")  # one line, whatever the message held
     except KeyboardInterrupt:
         parser.exit(130, "interrupted\n")  # 128 + SIGINT, as a shell reports it

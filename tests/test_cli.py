@@ -75,12 +75,28 @@ def test_simulate_groups_print_the_blocks_saved_by_sharing(flags):
     (("fragmentation", "--max-seq-len", "10"), "max_seq_len=10"),
     (("simulate", "--num-requests", "al"), "must be an integer ≥ 1 or 'all', got 'al'"),
     (("report", "--notebooks", "build/none"), "no executed notebooks in 'build/none'"),
+    (("simulate", "--gpu", "a100-40gb", "--max-seq-len", "10"),
+     "more than the server's maximum sequence length max_seq_len=10: it can never be served"),
+    (("simulate", "--gpu", "a100-80gb", "--max-seq-len", "4096"), "max_seq_len=4096 is longer than opt-13b's 2048"),
+    (("simulate", "--allow-long-max-seq-len"), "--allow-long-max-seq-len needs --max-seq-len"),
+    (("fragmentation", "--max-seq-len", "4096"), "max_seq_len=4096 is longer than opt-13b's 2048 positions"),
+    (("simulate", "--block-size", "0"), "error: argument --block-size: must be ≥ 1, got 0 (see python -m paged simulate"),
 ])
 def test_bad_input_is_one_clear_error(args, message):
     out = run(*args)
     assert out.returncode == 2
     assert message in out.stderr
-    assert "Traceback" not in out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1 and out.stdout == ""
+
+
+def test_a_length_beyond_the_models_positions_is_recorded_when_allowed(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("prompt_len,output_len\n" + "".join(f"{2000 + i},{100 + i}\n" for i in range(10)))
+    out = run("simulate", "--trace", str(trace), "--num-requests", "all", "--gpu", "a100-80gb", "--max-seq-len", "4096",
+              "--allow-long-max-seq-len", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["model"] == "opt-13b@1xa100-80gb:4096!"
+    assert out.stderr.startswith("warning: --max-seq-len 4096 is beyond the model's 2048 positions")
 
 
 def test_json_stays_valid_with_an_infinite_rate(tmp_path):

@@ -6,11 +6,12 @@ Each benchmark's ``main`` builds its parser with :func:`bench_parser` and runs t
 
 from __future__ import annotations
 
-import argparse
+from paged.cli import ArgumentParser
 
 __all__ = ["bench_parser"]
 
 
-def bench_parser(module: str, doc: str) -> argparse.ArgumentParser:
-    """An argparse parser whose usage line reads ``python -m <module>``, described by ``doc``'s first line."""
-    return argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
+def bench_parser(module: str, doc: str) -> ArgumentParser:
+    """A parser whose usage line reads ``python -m <module>``, described by ``doc``'s first line; its
+    argument errors are one line (:class:`paged.cli.ArgumentParser`)."""
+    return ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])

@@ -32,7 +32,7 @@ blocks whose KV was written, so the next call returns what a fresh LLM returns
 (:class:`paged.core.serving_loop.ServingLoop`). A request of a loop driven by hand
 (:meth:`LLM.serving_loop`) is aborted with ``loop.abort_request(i)`` (its output then says
 ``finish_reason="abort"``, :meth:`LLM.request_outputs`); :meth:`LLM.reset_prefix_cache` drops the cache,
-and :meth:`LLM.load_weights` does so whenever the weights change.
+and :meth:`LLM.load_weights` does so whenever the weights may have changed (a load that fails part-way too).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import torch
 from tqdm.auto import tqdm
 
 from paged.core.checks import as_positive_int, as_token_ids
+from paged.core.max_model_len import check_request_len, derived_max_model_len, verify_max_model_len
 from paged.core.scheduler import PREEMPTION_MODES, Scheduler
 from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop
@@ -71,9 +72,11 @@ class CompletionOutput:
         index: its rank (beam search: best first) or sample number.
         token_ids: generated token ids (a stop token that ended it included).
         text: ``token_ids`` decoded ("" without a tokenizer).
-        cumulative_logprob: beam search: the hypothesis' length-penalised score; else None.
-        finish_reason: ``"stop"`` (a stop / EOS token), ``"length"`` (``max_tokens`` reached) or
-            ``"abort"`` (the request was aborted: the tokens generated until then).
+        cumulative_logprob: beam search: the hypothesis' length-penalised score; else None (and None
+            for a beam with no token yet).
+        finish_reason: ``"stop"`` (a stop / EOS token), ``"length"`` (``max_tokens`` reached),
+            ``"abort"`` (the request was aborted: the tokens generated until then), or None while the
+            completion is still running.
     """
 
     index: int
@@ -140,6 +143,42 @@ def _load(model, tokenizer, dtype):
     return model.eval(), tokenizer
 
 
+def _checked_state_dict(state_dict, current: dict, strict: bool):
+    """``state_dict`` if ``model.load_state_dict`` would copy all of it without an error, judged
+    against the model's ``current`` state dict (torch's rules: keys with ``strict``, shapes and tensor
+    values always). Raises TypeError / RuntimeError naming the problems; copies nothing."""
+    from collections.abc import Mapping
+
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
+    problems = []
+    if strict:
+        missing = [k for k in current if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in current]
+        if missing:
+            problems.append(f"missing keys {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        if unexpected:
+            problems.append(f"unexpected keys {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+    for key, value in state_dict.items():
+        if key not in current:
+            continue
+        if not isinstance(value, torch.Tensor):
+            problems.append(f"{key!r} is a {type(value).__name__}, not a tensor")
+        elif value.shape != current[key].shape:
+            problems.append(f"size mismatch for {key!r}: {tuple(value.shape)} given, {tuple(current[key].shape)} in "
+                            f"the model")
+    if problems:
+        raise RuntimeError(f"load_weights refused, nothing changed (the prefix cache kept): {'; '.join(problems)}")
+    return state_dict
+
+
+def _same_tensors(state_dict, current: dict) -> bool:
+    """Every tensor of ``state_dict`` is the model's own (same storage, same view): loading changes nothing."""
+    return all(key in current and value.data_ptr() == current[key].data_ptr() and value.shape == current[key].shape
+               and value.stride() == current[key].stride() and value.dtype == current[key].dtype
+               for key, value in state_dict.items())
+
+
 class LLM:
     """A causal LM served on a paged (or contiguous) KV cache.
 
@@ -158,13 +197,14 @@ class LLM:
         kv_manager: a system of :data:`KV_MANAGERS`: ``"paged"`` or an Orca variant (``"orca-max"``, §6.1).
         num_cpu_blocks: swap space (blocks); default as many as the GPU cache with ``"swap"``, else 0.
         max_num_seqs, max_num_batched_tokens: scheduler budgets (default 256 and the model length).
-        max_model_len: longest sequence (tokens); default the model's ``max_position_embeddings``.
+        max_model_len: longest sequence (tokens); default the model's ``max_position_embeddings`` (RoPE
+            scaling taken into account, :mod:`paged.core.max_model_len`); longer is refused.
         watermark: fraction of blocks kept free at admission (paged).
         enable_prefix_caching: automatic prefix caching (paged only).
 
     Raises:
         ValueError: unknown ``kv_manager`` or ``preemption``, bad sizes, or ``max_model_len`` beyond the
-            model's ``max_position_embeddings``, prefix caching with a contiguous ``kv_manager``.
+            model's positions, prefix caching with a contiguous ``kv_manager``.
         FileNotFoundError: a model path that does not exist.
     """
 
@@ -192,11 +232,11 @@ class LLM:
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
         config = self.model.config
-        model_len = getattr(config, "max_position_embeddings", None)
-        if max_model_len is not None and model_len is not None and max_model_len > model_len:
-            raise ValueError(f"max_model_len={max_model_len} is longer than the model's context "
-                             f"(max_position_embeddings={model_len})")
-        self.max_model_len = int(max_model_len or model_len or 2048)
+        model_len, how = derived_max_model_len(config)  # vLLM's _get_and_verify_max_len (RoPE scaling included)
+        if max_model_len is None and model_len is None:
+            model_len, how = 2048, "no max_position_embeddings: vLLM's default of 2048"
+        self.max_model_len = verify_max_model_len(model_len, None if max_model_len is None else int(max_model_len),
+                                                  model="the model", how=how, what="max_model_len", hint="")
         num_layers, num_kv_heads, head_size = model_kv_shape(config)
         if num_gpu_blocks is None:
             budget = _DEFAULT_KV_CACHE_BYTES if kv_cache_bytes is None else int(kv_cache_bytes)
@@ -247,10 +287,8 @@ class LLM:
                     arrival_time: float) -> SequenceGroup:
         if not prompt_ids:
             raise ValueError(f"prompt {request_id} is empty (0 tokens)")
-        total = len(prompt_ids) + params.max_tokens
-        if total > self.max_model_len:
-            raise ValueError(f"prompt {request_id}: {len(prompt_ids)} prompt tokens + max_tokens={params.max_tokens} "
-                             f"= {total} > max_model_len={self.max_model_len}")
+        # max_tokens counts as the output: the request may run that long (vLLM's OpenAI server refuses the same)
+        check_request_len(request_id, len(prompt_ids), params.max_tokens, self.max_model_len, what="max_model_len")
         if params.use_beam_search and get_system(self.kv_manager_name).kv_cache != "paged":
             raise ValueError("beam search needs kv_manager='paged' (contiguous reservations cannot be shared by forks)")
         num_seqs = 1 if params.use_beam_search else params.n
@@ -311,8 +349,10 @@ class LLM:
     def request_outputs(self, loop: ServingLoop, texts: list[str | None]) -> list[RequestOutput]:
         """One :class:`RequestOutput` per request of a loop from :meth:`serving_loop`, in prompt order:
         what :meth:`generate` returns, for a loop driven by hand. An aborted request gives the tokens
-        it had generated with ``finish_reason="abort"``; one still running, those so far with
-        ``finished=False``."""
+        it had generated with ``finish_reason="abort"`` (beam search: its best ``n`` beams and their
+        scores, as a finished search gives them); one still running, those so far with
+        ``finished=False``; one that has produced nothing yet, ``n`` empty completions (finish reason
+        None, or ``"abort"`` if it was aborted)."""
         return [self._output(group, text) for group, text in zip(loop.groups, texts)]
 
     # -- the cache and the weights -----------------------------------------------------------
@@ -329,18 +369,30 @@ class LLM:
         """Replace the model's weights (``model.load_state_dict``) and drop the prefix cache, whose KV
         the old weights computed.
 
+        The cache is dropped whenever the weights may have changed, the load failing part-way
+        included (torch copies every matching tensor before it reports missing keys or a shape
+        mismatch); it is kept only when they are known unchanged: the load is refused before any
+        tensor is copied (the checks below), or every tensor given is the model's own. Weights
+        changed another way (``llm.model`` by hand) need :meth:`reset_prefix_cache`.
+
         Raises:
             RuntimeError: if requests still hold KV blocks (a loop driven by hand: finish or abort
-                them first); nothing is changed. Also ``load_state_dict``'s errors (missing or
-                unexpected keys with ``strict``, shape mismatches), with the cache kept.
+                them first); for a ``strict`` load with missing or unexpected keys, or any load with a
+                shape mismatch or a value that is not a tensor, naming them, before anything is copied
+                (the cache kept); and ``load_state_dict``'s own errors (the cache dropped).
+            TypeError: if ``state_dict`` is not a mapping (nothing changed).
         """
         held = self.kv_manager.num_used_slots
         if held:
             raise RuntimeError(f"cannot change the weights while requests hold {held} KV slots: finish or "
                                f"abort them first")
-        self.model.load_state_dict(state_dict, strict=strict)
-        if not self.kv_manager.reset_prefix_cache():  # cannot happen: nothing is held
-            raise RuntimeError("the prefix cache could not be reset")
+        current = self.model.state_dict()
+        if _same_tensors(_checked_state_dict(state_dict, current, strict), current):
+            return  # the model's own tensors: nothing changes, the cache stays valid
+        try:
+            self.model.load_state_dict(state_dict, strict=strict)
+        finally:  # changed, or perhaps changed part-way: no cached KV of the old weights may be served
+            self.kv_manager.reset_prefix_cache()
 
     def serving_loop(self, prompts, sampling_params=None, *,
                      arrival_times: list[float] | None = None,
@@ -392,17 +444,38 @@ class LLM:
     def _decode(self, ids: list[int]) -> str:
         return "" if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def _beam_outputs(self, group: SequenceGroup) -> list[CompletionOutput]:
+        """The best ``n`` beams of a beam-search request, best first, with their scores.
+
+        A finished search gives its finished hypotheses (Hugging Face's result). Before that (a request
+        still running, or aborted mid-search) the finished hypotheses compete with the live candidates,
+        each scored as the search would score it if it ended now (``logprob / len ** length_penalty``,
+        Hugging Face's rule at ``max_tokens``), as vLLM's v0 engine ranks every beam of an unfinished
+        request; the candidates an abort cut short say ``"abort"``, running ones None, and hypotheses that
+        had ended keep ``"stop"`` or ``"length"``. Before its first token: ``n`` empty completions.
+        """
+        params: SamplingParams = group.sampling_params
+        state = group.beam
+        stop = params.stop_ids(self.eos_token_ids)
+        live_reason = "abort" if group.aborted else None
+        if state is None:  # nothing generated yet
+            return [CompletionOutput(i, [], "", None, live_reason) for i in range(params.n)]
+        beams = [(score, ids, "stop" if ids and ids[-1] in stop else "length") for score, ids in state.finished]
+        if not state.done:
+            for score, seq in zip(state.scores, group.seqs):  # the live candidates, in the order of their scores
+                ids = seq.output_token_ids
+                beams.append((score / (len(ids) ** params.length_penalty), ids, live_reason))
+            beams.sort(key=lambda beam: -beam[0])  # stable: a finished hypothesis wins a tie
+        return [CompletionOutput(i, ids, self._decode(ids), score, reason)
+                for i, (score, ids, reason) in enumerate(beams[: params.n])]
+
     def _output(self, group: SequenceGroup, text: str | None) -> RequestOutput:
         params: SamplingParams = group.sampling_params
-        outputs = []
-        if params.use_beam_search and not group.aborted:
-            for i, (score, ids) in enumerate(group.beam.finished[: params.n]):
-                reason = "stop" if ids and ids[-1] in params.stop_ids(self.eos_token_ids) else "length"
-                outputs.append(CompletionOutput(i, ids, self._decode(ids), score, reason))
-        else:
-            for i, seq in enumerate(group.seqs):
-                ids = seq.output_token_ids
-                outputs.append(CompletionOutput(i, ids, self._decode(ids), None, seq.finish_reason))
+        if params.use_beam_search:
+            outputs = self._beam_outputs(group)
+        else:  # a sample that has produced nothing yet is an empty, unfinished completion
+            outputs = [CompletionOutput(i, seq.output_token_ids, self._decode(seq.output_token_ids), None,
+                                        seq.finish_reason) for i, seq in enumerate(group.seqs)]
         metrics: dict[str, Any] = {"first_scheduled_time": group.first_scheduled_time,
                                    "first_token_time": group.first_token_time,
                                    "finished_time": group.finished_time, "num_preemptions": group.num_preemptions}

@@ -166,6 +166,7 @@ class ServingConfig:
         if not get_system(self.system).has_kv_cache_manager:
             return simulate_static_batching(requests, cost, cost.num_kv_slots // self.max_seq_len)
         return simulate(requests, self.kv_manager(), cost, record_memory=False, on_finish=on_finish, n=self.n,
+                        max_seq_len=self.max_seq_len,
                         beam_width=self.beam_width, shared_prefix="tokens" if self.prefix_caching else "reserved",
                         record_sharing=record_sharing, **self.scheduler_settings())
 

@@ -14,7 +14,10 @@ OPT-175B on eight A100-80GB, against Table 1's 12, 21 and 264 GB.
 
 A deployment is named ``<model>@<tp>x<gpu>:<max_seq_len>``, e.g. ``llama-3.1-8b@2xh100-sxm:8192``
 (the model a shipped config name, a Table 1 preset or a ``config.json`` path; the ``tp`` and the
-``:max_seq_len`` parts optional: 1 and the model's own). That name is the served model's
+``:max_seq_len`` parts optional: 1 and the model's own). A ``max_seq_len`` beyond the model's
+positions is refused (:func:`paged.core.max_model_len.verify_max_model_len`) unless allowed
+explicitly; the name of such a deployment ends in ``!`` (``opt-13b@1xa100-80gb:4096!``), so every
+result that names the model records the override. That name is the served model's
 :attr:`~paged.sim.model_spec.ModelSpec.name`, so every function that takes a model name (the
 experiments' ``simulate_point``, ``sustained_rate``, worker processes) serves it on that server.
 
@@ -34,16 +37,18 @@ from dataclasses import dataclass
 
 from paged.sim.gpu_spec import GPUSpec, get_gpu
 from paged.sim.model_config import get_config_model
-from paged.sim.model_spec import ModelSpec, get_model
+from paged.sim.model_spec import ModelSpec, get_model, with_max_seq_len
 
-__all__ = ["GPU_MEMORY_UTILIZATION", "Deployment", "ModelDoesNotFitError", "deployment_name", "get_model_spec",
-           "get_deployment"]
+__all__ = ["GPU_MEMORY_UTILIZATION", "LONG_MARK", "Deployment", "ModelDoesNotFitError", "deployment_name",
+           "get_model_spec", "get_deployment"]
 
 #: Fraction of each GPU's memory the serving system uses for weights and KV cache. Source: vLLM's
 #: ``gpu_memory_utilization`` default (``EngineArgs``, 0.9 since its first releases).
 GPU_MEMORY_UTILIZATION = 0.9
 
-_NAME = re.compile(r"^(?:(?P<tp>\d+)x)?(?P<gpu>[a-z0-9][a-z0-9.\-]*?)(?::(?P<max_len>\d+))?$")
+_NAME = re.compile(r"^(?:(?P<tp>\d+)x)?(?P<gpu>[a-z0-9][a-z0-9.\-]*?)(?::(?P<max_len>\d+)(?P<long>!)?)?$")
+#: The mark of a ``max_seq_len`` beyond the model's positions, allowed explicitly (module docstring).
+LONG_MARK = "!"
 
 
 class ModelDoesNotFitError(ValueError):
@@ -72,12 +77,18 @@ class Deployment:
         return f"{self.tp}x{self.gpu.label}"
 
 
-def get_model_spec(model: str | os.PathLike | ModelSpec, max_seq_len: int | None = None) -> ModelSpec:
+def get_model_spec(model: str | os.PathLike | ModelSpec, max_seq_len: int | None = None, *,
+                   allow_long_max_seq_len: bool = False) -> ModelSpec:
     """A Table 1 preset (``opt-13b`` …), a shipped config name (``llama-3.1-8b`` …) or a
     ``config.json`` path as a :class:`ModelSpec`; ``max_seq_len`` (tokens) replaces its own.
 
+    Args:
+        allow_long_max_seq_len: accept a ``max_seq_len`` beyond the model's positions (vLLM's
+            ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``).
+
     Raises:
-        ValueError: as :func:`paged.sim.model_config.get_config_model`.
+        ValueError: as :func:`paged.sim.model_config.get_config_model`; for a ``max_seq_len`` that is not
+            an integer ≥ 1, or is beyond the model's positions without ``allow_long_max_seq_len``.
     """
     if isinstance(model, ModelSpec):
         spec = model
@@ -87,31 +98,32 @@ def get_model_spec(model: str | os.PathLike | ModelSpec, max_seq_len: int | None
         except ValueError:
             spec = None
         if spec is None:
-            return get_config_model(model, max_seq_len)
-    if max_seq_len is not None:
-        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, numbers.Integral) or max_seq_len < 1:
-            raise ValueError(f"max_seq_len must be an integer ≥ 1 (tokens), got {max_seq_len!r}")
-        spec = dataclasses.replace(spec, max_seq_len=int(max_seq_len))
-    return spec
+            return get_config_model(model, max_seq_len, allow_long_max_seq_len=allow_long_max_seq_len)
+    return with_max_seq_len(spec, max_seq_len, allow_long=allow_long_max_seq_len)
 
 
-def deployment_name(model: str, gpu: str, tp: int = 1, max_seq_len: int | None = None) -> str:
-    """The name of ``model`` on ``tp`` × ``gpu`` (module docstring), e.g. ``llama-3.1-8b@2xh100-sxm:8192``."""
-    return f"{model}@{tp}x{gpu}" + ("" if max_seq_len is None else f":{max_seq_len}")
+def deployment_name(model: str, gpu: str, tp: int = 1, max_seq_len: int | None = None, *,
+                    long: bool = False) -> str:
+    """The name of ``model`` on ``tp`` × ``gpu`` (module docstring), e.g. ``llama-3.1-8b@2xh100-sxm:8192``;
+    ``long``: ``max_seq_len`` is beyond the model's positions, allowed explicitly (a trailing ``!``)."""
+    if max_seq_len is None:
+        return f"{model}@{tp}x{gpu}"
+    return f"{model}@{tp}x{gpu}:{max_seq_len}{LONG_MARK if long else ''}"
 
 
-def _parse(text: str) -> tuple[str, str, int | None, int | None]:
+def _parse(text: str) -> tuple[str, str, int | None, int | None, bool]:
     model, _, server = text.rpartition("@")
     match = _NAME.match(server.strip().lower())
     if not model or match is None:
-        raise ValueError(f"a deployment is named <model>@<tp>x<gpu>[:<max_seq_len>] (e.g. llama-3.1-8b@2xh100-sxm), "
+        raise ValueError(f"a deployment is named <model>@<tp>x<gpu>[:<max_seq_len>[!]] (e.g. llama-3.1-8b@2xh100-sxm), "
                          f"got {text!r}")
     tp, max_len = match["tp"], match["max_len"]
-    return model, match["gpu"], None if tp is None else int(tp), None if max_len is None else int(max_len)
+    return (model, match["gpu"], None if tp is None else int(tp), None if max_len is None else int(max_len),
+            bool(match["long"]))
 
 
 def get_deployment(model: str | os.PathLike | ModelSpec, gpu: str | None = None, tp: int | None = None,
-                   max_seq_len: int | None = None) -> Deployment | None:
+                   max_seq_len: int | None = None, *, allow_long_max_seq_len: bool = False) -> Deployment | None:
     """The :class:`Deployment` that ``model`` names (``<model>@<tp>x<gpu>[:<max_seq_len>]``) or that
     ``gpu``, ``tp`` and ``max_seq_len`` give it; None for a Table 1 preset named alone (its server
     is Table 1's).
@@ -122,16 +134,20 @@ def get_deployment(model: str | os.PathLike | ModelSpec, gpu: str | None = None,
             ``h200``, ``l4``); required unless ``model`` is a deployment name or a preset.
         tp: tensor-parallel degree (GPUs, default 1).
         max_seq_len: longest sequence served (tokens); default the model's own.
+        allow_long_max_seq_len: accept a ``max_seq_len`` beyond the model's positions (the name then
+            ends in ``!``; a name ending in ``!`` allows it too).
 
     Raises:
         ModelDoesNotFitError: naming the bytes, if the weights do not fit or the KV cache left cannot
             hold one ``max_seq_len``-token sequence.
         ValueError: for an unknown GPU or model, a name that gives the GPU, ``tp`` or ``max_seq_len``
             twice and differently, a ``tp`` that is not an integer ≥ 1 or does not divide the query
-            and KV heads, or a model that is not a preset given without a GPU.
+            and KV heads, a model that is not a preset given without a GPU, or a ``max_seq_len``
+            beyond the model's positions not allowed explicitly.
     """
     if isinstance(model, str) and "@" in model:
-        model, named_gpu, named_tp, named_len = _parse(model)
+        model, named_gpu, named_tp, named_len, named_long = _parse(model)
+        allow_long_max_seq_len = allow_long_max_seq_len or named_long
         for what, given, named in (("gpu", gpu, named_gpu), ("tp", tp, named_tp), ("max_seq_len", max_seq_len, named_len)):
             if given is not None and named is not None and str(given).lower() != str(named):
                 raise ValueError(f"{what} given twice: {given!r} and {named!r} in the deployment name")
@@ -156,12 +172,13 @@ def get_deployment(model: str | os.PathLike | ModelSpec, gpu: str | None = None,
     if isinstance(tp, bool) or not isinstance(tp, numbers.Integral) or tp < 1:
         raise ValueError(f"tp must be an integer ≥ 1 (GPUs), got {tp!r}")
     tp = int(tp)
-    spec = get_model_spec(model, max_seq_len)
+    spec = get_model_spec(model, max_seq_len, allow_long_max_seq_len=allow_long_max_seq_len)
     base = spec.name
     if spec.num_heads % tp or spec.num_kv_heads % tp:
         raise ValueError(f"tp={tp} does not divide {base}'s {spec.num_heads} query heads and {spec.num_kv_heads} KV "
                          "heads (replicating KV heads across GPUs is not modelled)")
-    name = deployment_name(base, gpu_spec.name, tp, spec.max_seq_len)
+    long = spec.model_max_len is not None and spec.max_seq_len > spec.model_max_len
+    name = deployment_name(base, gpu_spec.name, tp, spec.max_seq_len, long=long)
     budget = int(GPU_MEMORY_UTILIZATION * gpu_spec.memory_bytes)
     weights = -(-spec.weight_bytes // tp)
     where = f"{tp}x {gpu_spec.label}"

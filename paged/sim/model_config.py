@@ -6,22 +6,23 @@ class's own defaults and attribute names apply, e.g. Gemma's explicit ``head_dim
 :class:`~paged.sim.model_spec.ModelSpec`:
 
 * **KV heads** ``num_key_value_heads`` (grouped-query attention, GQA; one head: multi-query, MQA;
-  as many as the query heads: multi-head, MHA): KV bytes per token =
+  as many as the query heads: multi-head, MHA) and the head size (``head_dim`` where the config
+  states one, as Gemma's does, else ``hidden_size / heads``): KV bytes per token =
   2 × layers × KV heads × head size × bytes per element;
-* **parameters**, counted from the shape: per layer the Q, K, V and output projections
-  (``hidden × head size × (heads + 2 × KV heads) + heads × head size × hidden``), their biases
-  where the architecture has them (Qwen2's Q/K/V biases, ``attention_bias``), the MLP (three
-  matrices for a gated MLP, SwiGLU / GeGLU: every shipped architecture; two for OPT) and the two
-  norms; then the final norm, the embedding and, unless ``tie_word_embeddings``, the LM head. The
-  shipped configs' counts agree with the published ones within 0.02% (:data:`PUBLISHED_PARAMS`);
+* **parameters**, counted from the shape as the family's transformers model lays them out
+  (:mod:`paged.sim.decoder_families`: gated or two-matrix MLPs, biases, RMSNorm or LayerNorm,
+  parallel attention, learned positions, a tied or untied LM head): the count transformers itself
+  gives, within 0.1% of the published counts of the shipped configs (:data:`PUBLISHED_PARAMS`);
 * **dtype** from ``torch_dtype`` / ``dtype`` (bytes per weight and per KV element);
-* **max sequence length**: ``max_position_embeddings`` unless a serving limit is given (vLLM's
-  ``max_model_len`` does the same).
+* **max sequence length**: the model's own (``max_position_embeddings``, RoPE scaling taken into
+  account, :mod:`paged.core.max_model_len`) unless a serving limit is given; a longer limit is
+  refused unless allowed explicitly (vLLM's ``max_model_len`` and ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``).
 
-Only dense decoder-only models with the standard attribute names are read (Llama, Mistral, Qwen2,
-Gemma, OPT and their relatives); a config without them, or a mixture of experts, is refused by name.
-Sliding-window attention is not modelled: every token's KV is kept (Mistral-7B v0.3 and Qwen2.5, the
-shipped ones, attend to the whole context).
+Only the dense decoder-only families of :data:`paged.sim.decoder_families.FAMILIES` are read (Llama,
+Mistral, Qwen 2/3, Gemma 1/2, Phi-2/3, OPT, GPT-2, GPT-J, GPT-NeoX / Pythia, Starcoder2); an
+encoder-only or encoder-decoder model, a mixture of experts or any other ``model_type`` is refused by
+name. Sliding-window attention is not modelled: every token's KV is kept (Mistral-7B v0.3 and
+Qwen2.5, the shipped ones, attend to the whole context).
 
 transformers is imported when a config is first read (its config classes only, about 3 s once per
 process); specs are cached per file.
@@ -31,9 +32,12 @@ from __future__ import annotations
 
 import functools
 import json
+import numbers
 import os
 from pathlib import Path
 
+from paged.core.max_model_len import derived_max_model_len, verify_max_model_len
+from paged.sim.decoder_families import FAMILIES, count_parameters, family_of
 from paged.sim.model_spec import ModelSpec
 
 __all__ = ["SHIPPED_CONFIGS", "PUBLISHED_PARAMS", "config_path", "load_config", "spec_from_hf_config",
@@ -63,10 +67,6 @@ PUBLISHED_PARAMS: dict[str, tuple[float, str]] = {
 
 #: Bytes per element of a config's ``torch_dtype`` (IEEE 754 half, bfloat16 and single precision).
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float": 4, "half": 2}
-#: Architectures whose attention projections carry biases whatever ``attention_bias`` says. Source:
-#: transformers' ``Qwen2Attention`` (``modeling_qwen2.py``) builds ``q_proj``, ``k_proj`` and ``v_proj`` with
-#: ``bias=True`` and ``o_proj`` without, from no config field.
-_QKV_BIAS = {"qwen2"}
 
 
 def config_path(model: str | os.PathLike) -> Path:
@@ -99,8 +99,8 @@ def load_config(model: str | os.PathLike):
     """
     path = config_path(model)
     try:
-        fields = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        fields = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not a JSON config: {err}") from None
     if not isinstance(fields, dict) or "model_type" not in fields:
         raise ValueError(f"{path} has no 'model_type': not a Hugging Face config.json")
@@ -112,13 +112,23 @@ def load_config(model: str | os.PathLike):
     if "torch_dtype" in fields and "dtype" not in fields:  # the published files' name; transformers 5 says dtype
         fields["dtype"] = fields.pop("torch_dtype")
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # its notices about legacy field values are not ours to print
+    hf_logging.set_verbosity(hf_logging.CRITICAL)  # its notices about field values: the refusal below says it once
     try:
         return AutoConfig.for_model(model_type, **fields)
     except ValueError as err:
-        raise ValueError(f"{path}: transformers does not know model_type {model_type!r} ({err})") from None
+        if not isinstance(model_type, str) or model_type not in _known_model_types():
+            raise ValueError(f"{path}: transformers does not know model_type {model_type!r} ({err})") from None
+        raise ValueError(f"{path}: not a valid {model_type!r} config ({err})") from None
+    except Exception as err:  # noqa: BLE001 - the config class validating the file's values (e.g. 0 heads)
+        raise ValueError(f"{path}: not a valid {model_type!r} config ({type(err).__name__}: {err})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
+
+
+def _known_model_types() -> frozenset:
+    from transformers import CONFIG_MAPPING
+
+    return frozenset(CONFIG_MAPPING.keys())
 
 
 def _int(config, name: str, path) -> int:
@@ -129,66 +139,76 @@ def _int(config, name: str, path) -> int:
     return value
 
 
-def spec_from_hf_config(name: str, config, max_seq_len: int | None = None, source: str = "config") -> ModelSpec:
+def spec_from_hf_config(name: str, config, max_seq_len: int | None = None, source: str = "config", *,
+                        allow_long_max_seq_len: bool = False) -> ModelSpec:
     """A :class:`ModelSpec` from a transformers config object (module docstring for what is counted).
 
     Args:
         name: the spec's name (a shipped name or the config's path).
-        config: a ``transformers.PretrainedConfig`` of a dense decoder-only model.
-        max_seq_len: longest sequence served (tokens); None: ``max_position_embeddings``.
+        config: a ``transformers.PretrainedConfig`` of a dense decoder-only model (:data:`FAMILIES`).
+        max_seq_len: longest sequence served (tokens); None: the model's own (``max_position_embeddings``,
+            RoPE scaling taken into account: :func:`paged.core.max_model_len.derived_max_model_len`).
         source: where the config came from, for error messages.
+        allow_long_max_seq_len: accept a ``max_seq_len`` beyond the model's positions (vLLM's
+            ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``); the spec's ``model_max_len`` still says the model's own.
 
     Raises:
-        ValueError: naming the field, for a config without the fields of a dense decoder-only model
-            (a mixture of experts among them), a head count that does not divide, an unknown dtype,
-            or a ``max_seq_len`` that is not an integer ≥ 1.
+        ValueError: naming the field or the model type, for a family that is not counted (an
+            encoder-only or encoder-decoder model, a mixture of experts, an unknown ``model_type``:
+            :func:`paged.sim.decoder_families.family_of`), a shape field missing or not a positive
+            integer, a head count that does not divide, an unknown dtype, or a ``max_seq_len`` that
+            is not an integer ≥ 1 or exceeds the model's positions without ``allow_long_max_seq_len``.
     """
-    if getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None):
-        raise ValueError(f"{source}: mixture-of-experts models are not modelled (only dense decoder-only ones)")
+    family = family_of(config, source)
     hidden = _int(config, "hidden_size", source)
     layers = _int(config, "num_hidden_layers", source)
     heads = _int(config, "num_attention_heads", source)
     vocab = _int(config, "vocab_size", source)
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head = getattr(config, "head_dim", None) or hidden // heads
     if heads % kv_heads:
         raise ValueError(f"{source}: {heads} attention heads do not split into groups of {kv_heads} KV heads")
-    gated = getattr(config, "ffn_dim", None) is None  # OPT's two-matrix MLP has ffn_dim, the others gate
-    inter = getattr(config, "ffn_dim", None) or _int(config, "intermediate_size", source)
+    head = getattr(config, "head_dim", None)
+    if head is None:
+        if hidden % heads:
+            raise ValueError(f"{source}: hidden_size={hidden} does not split into {heads} attention heads")
+        head = hidden // heads
+    if family.intermediate is None:  # GPT-2 / GPT-J: n_inner, or 4 × hidden when unset
+        inter = getattr(config, "n_inner", None) or 4 * hidden
+    else:
+        inter = _int(config, family.intermediate, source)
     dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float16"
     dtype_name = str(dtype).removeprefix("torch.")
     if dtype_name not in _DTYPE_BYTES:
         raise ValueError(f"{source}: dtype {dtype_name!r} is not one of {sorted(_DTYPE_BYTES)}")
-    if max_seq_len is None:
-        max_seq_len = _int(config, "max_position_embeddings", source)
-    elif isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 1:
-        raise ValueError(f"max_seq_len must be an integer ≥ 1 (tokens), got {max_seq_len!r}")
-    q_width, kv_width = heads * head, kv_heads * head
-    attn = hidden * (q_width + 2 * kv_width) + q_width * hidden
-    if getattr(config, "model_type", None) in _QKV_BIAS or getattr(config, "attention_bias", False):
-        attn += q_width + 2 * kv_width
-    mlp = (3 if gated else 2) * hidden * inter
+    model_max_len, how = derived_max_model_len(config)
+    max_seq_len = verify_max_model_len(model_max_len, max_seq_len, allow_long=allow_long_max_seq_len, model=name,
+                                       how=how)
+    params = count_parameters(config, family, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head=head,
+                              inter=inter, vocab=vocab)
     tied = bool(getattr(config, "tie_word_embeddings", True))
-    params = layers * (attn + mlp + 2 * hidden) + hidden + vocab * hidden * (1 if tied else 2)
     return ModelSpec(name, layers, hidden, heads, kv_heads, head, inter, vocab, params, _DTYPE_BYTES[dtype_name],
-                     max_seq_len, tied)
+                     max_seq_len, tied, model_max_len)
 
 
 @functools.lru_cache(maxsize=64)
-def _cached(name: str, path: str, mtime_ns: int, max_seq_len: int | None) -> ModelSpec:
-    return spec_from_hf_config(name, load_config(path), max_seq_len, source=path)
+def _cached(name: str, path: str, mtime_ns: int, max_seq_len: int | None, allow_long: bool) -> ModelSpec:
+    return spec_from_hf_config(name, load_config(path), max_seq_len, source=path, allow_long_max_seq_len=allow_long)
 
 
-def get_config_model(model: str | os.PathLike, max_seq_len: int | None = None) -> ModelSpec:
+def get_config_model(model: str | os.PathLike, max_seq_len: int | None = None, *,
+                     allow_long_max_seq_len: bool = False) -> ModelSpec:
     """The :class:`ModelSpec` of a shipped config name (:data:`SHIPPED_CONFIGS`, e.g.
     ``"llama-3.1-8b"``) or of a local ``config.json`` (its path is the spec's name).
 
     Cost: the first call in a process imports transformers' config classes (~3 s); the result is
-    cached per file (and its modification time) and ``max_seq_len``.
+    cached per file (and its modification time), ``max_seq_len`` and ``allow_long_max_seq_len``
+    (:func:`spec_from_hf_config`).
 
     Raises:
         ValueError: as :func:`config_path`, :func:`load_config` and :func:`spec_from_hf_config`.
     """
     path = config_path(model)
     name = model.lower() if isinstance(model, str) and model.lower() in SHIPPED_CONFIGS else str(model)
-    return _cached(name, str(path), path.stat().st_mtime_ns, max_seq_len)
+    if max_seq_len is not None and not isinstance(max_seq_len, bool) and isinstance(max_seq_len, numbers.Integral):
+        max_seq_len = int(max_seq_len)
+    return _cached(name, str(path), path.stat().st_mtime_ns, max_seq_len, bool(allow_long_max_seq_len))

@@ -12,10 +12,15 @@ through transformers' config classes (:mod:`paged.sim.model_config`).
 
 from __future__ import annotations
 
+import dataclasses
+import numbers
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-__all__ = ["ModelSpec", "MODELS", "PUBLISHED_CONFIGS", "get_model", "kv_cache_slots", "spec_from_config", "GiB"]
+from paged.core.max_model_len import verify_max_model_len
+
+__all__ = ["ModelSpec", "MODELS", "PUBLISHED_CONFIGS", "get_model", "kv_cache_slots", "spec_from_config",
+           "with_max_seq_len", "GiB"]
 
 GiB = 1024**3
 
@@ -35,6 +40,9 @@ class ModelSpec:
         tied_embeddings: the output projection (LM head) is the input embedding matrix (OPT); False
             when it is a second ``vocab_size × hidden_size`` matrix counted in ``num_params``
             (Llama 3, Mistral, Qwen2.5).
+        model_max_len: the longest sequence the model's positions allow (tokens; ``max_position_embeddings``
+            or its RoPE-scaled length, :func:`paged.core.max_model_len.derived_max_model_len`), None if
+            unknown. ``max_seq_len`` beyond it was allowed explicitly (:func:`with_max_seq_len`).
     """
 
     name: str
@@ -49,6 +57,7 @@ class ModelSpec:
     dtype_bytes: int = 2
     max_seq_len: int = 2048
     tied_embeddings: bool = True
+    model_max_len: int | None = None
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -114,7 +123,25 @@ def spec_from_config(name: str, config, max_seq_len: int = 2048) -> ModelSpec:
     attn = hidden * head * (heads + 2 * kv_heads) + heads * head * hidden
     mlp = (3 if gated else 2) * hidden * inter
     params = layers * (attn + mlp) + vocab * hidden
-    return ModelSpec(name, layers, hidden, heads, kv_heads, head, inter, vocab, params, 2, max_seq_len)
+    model_max_len = getattr(config, "max_position_embeddings", None)
+    return ModelSpec(name, layers, hidden, heads, kv_heads, head, inter, vocab, params, 2, max_seq_len, True,
+                     model_max_len)
+
+
+def with_max_seq_len(spec: ModelSpec, max_seq_len: int | None, *, allow_long: bool = False) -> ModelSpec:
+    """``spec`` serving sequences of up to ``max_seq_len`` tokens (None: unchanged).
+
+    Raises:
+        ValueError: for a ``max_seq_len`` that is not an integer ≥ 1, or one beyond the model's
+            ``model_max_len`` without ``allow_long`` (:func:`paged.core.max_model_len.verify_max_model_len`).
+    """
+    if max_seq_len is None:
+        return spec
+    if not isinstance(max_seq_len, bool) and isinstance(max_seq_len, numbers.Integral):
+        max_seq_len = int(max_seq_len)  # numpy integers from a sweep's grid
+    length = verify_max_model_len(spec.model_max_len, max_seq_len, allow_long=allow_long, model=spec.name,
+                                  how=f"max_position_embeddings={spec.model_max_len}")
+    return dataclasses.replace(spec, max_seq_len=length)
 
 
 def _opt(layers: int, hidden: int, heads: int) -> dict:

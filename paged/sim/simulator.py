@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from paged.block.manager import PagedKVCacheManager
 from paged.core.kv_cache_manager import KVCacheManager
+from paged.core.max_model_len import check_request_len
 from paged.core.scheduler import Scheduler, SchedulerOutputs
 from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop, ServingResult
@@ -134,6 +135,7 @@ def simulate(
     shared_prefix: str = "reserved",
     record_sharing: bool = False,
     on_finish: Callable[[list[SequenceGroup]], None] | None = None,
+    max_seq_len: int | None = None,
 ) -> ServingResult:
     """Serve ``trace`` with the real scheduler over ``kv_manager``; time from ``iteration_time``.
 
@@ -157,14 +159,17 @@ def simulate(
             (``result.sharing``, Fig. 15).
         on_finish: called with the groups that finished after each iteration (their
             ``finished_time`` is the clock); an exception it raises stops the run and propagates.
+        max_seq_len: the server's longest sequence (tokens): a request whose prompt plus output
+            exceeds it is refused before anything runs, with the message every system gives
+            (:func:`paged.core.max_model_len.check_request_len`); None: no limit but the cache's.
 
     Returns:
         A :class:`~paged.core.serving_loop.ServingResult`; every request finishes exactly once, each of its
         sequences with exactly its output length.
 
     Raises:
-        RequestTooLargeError: if a request could never fit in the KV cache or runs more sequences
-            than ``max_num_seqs``.
+        RequestTooLargeError: if a request could never fit in the KV cache or in ``max_seq_len``, or
+            runs more sequences than ``max_num_seqs``.
         ValueError: on an empty prompt or output, bad group settings (:func:`groups_from_trace`), or a
             cost model whose paged kernel has another block size than the manager.
         InvalidTimeError: if the time model gives a negative, NaN or infinite time.
@@ -185,6 +190,8 @@ def simulate(
                     f"request {group.request_id!r}: prompt_len={group.prompt_len}, "
                     f"output_len={group.output_len}; both must be ≥ 1"
                 )
+            if max_seq_len is not None:
+                check_request_len(group.request_id, group.prompt_len, group.output_len, max_seq_len)
         first_fork_id = sum(len(g.seqs) for g in groups)
         recording = dict(record_memory=record_memory, record_sharing=record_sharing, on_finish=on_finish)
         if on_fast_path:

@@ -13,6 +13,7 @@ to float rounding), O(1) per batch.
 
 from __future__ import annotations
 
+from paged.core.max_model_len import check_request_len
 from paged.core.serving_loop import ServingResult
 from paged.sim.cost_model import CostModel
 from paged.sim.simulator import groups_from_trace
@@ -32,16 +33,18 @@ def simulate_static_batching(trace, cost: CostModel, max_batch_size: int) -> Ser
         A :class:`~paged.core.serving_loop.ServingResult` with every group's times set.
 
     Raises:
-        ValueError: if ``max_batch_size`` < 1 or a request exceeds the maximum sequence length.
+        ValueError: if ``max_batch_size`` < 1 or a request has an empty prompt or output;
+            RequestTooLargeError (a ValueError) if it exceeds the maximum sequence length.
     """
     if max_batch_size < 1:
         raise ValueError(f"max_batch_size must be ≥ 1, got {max_batch_size}")
     groups = groups_from_trace(trace)
     limit = cost.model.max_seq_len
     for g in groups:
-        if g.prompt_len + g.output_len > limit or g.prompt_len < 1 or g.output_len < 1:
-            raise ValueError(f"request {g.request_id!r}: prompt {g.prompt_len} + output {g.output_len} "
-                             f"tokens must be ≥ 1 each and fit the {limit}-token maximum sequence length")
+        if g.prompt_len < 1 or g.output_len < 1:
+            raise ValueError(f"request {g.request_id!r}: prompt {g.prompt_len} + output {g.output_len} tokens must be "
+                             f"≥ 1 each")
+        check_request_len(g.request_id, g.prompt_len, g.output_len, limit)  # the message every system gives
     result = ServingResult(groups)
     now, i, n = 0.0, 0, len(groups)
     while i < n:

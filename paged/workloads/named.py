@@ -108,5 +108,8 @@ def get_trace(trace: str | Path, num_requests: int | None = None, *, seed: int =
             )
         base = load_json_trace(path, tokenizer) if path.suffix.lower() == ".json" else load_trace(path)
     if num_requests is not None and key != "alpaca-synthetic":
-        base = base.sample(num_requests, seed)
+        try:
+            base = base.sample(num_requests, seed)
+        except ValueError as err:  # too few requests: name the file they came from
+            raise ValueError(f"{trace}: {err}" if key not in NAMED_TRACES else str(err)) from None
     return base if rate is None else base.with_poisson_arrivals(rate, seed)

@@ -208,6 +208,69 @@ def test_abort_a_parallel_sampling_request_frees_shared_blocks_last(model, promp
     _assert_all_free(llm)
 
 
+def test_beam_search_aborted_mid_search_ends_with_its_best_n_beams_and_scores(model, prompts):
+    """Aborted after 3 of 8 tokens, a width-4 search returns its best 2 beams with their scores, best first:
+    the beams and scores a search of 3 tokens ends with (all its candidates finish at max_tokens, scored
+    alike), said "abort" instead of "length"."""
+    params = SamplingParams(beam_width=4, n=2, max_tokens=8)
+    llm = LLM(model, block_size=4, num_gpu_blocks=40)
+    loop, texts = llm.serving_loop(prompts[1:3], params)
+    group = loop.groups[0]
+    _step_until(loop, lambda: group.seqs[0].num_generated == 3)
+    assert loop.abort_request(group.request_id)
+    loop.run()
+    aborted = llm.request_outputs(loop, texts)[0]
+    assert aborted.finished and len(aborted.outputs) == 2
+    assert [c.finish_reason for c in aborted.outputs] == ["abort", "abort"]
+    scores = [c.cumulative_logprob for c in aborted.outputs]
+    assert all(isinstance(s, float) for s in scores) and scores == sorted(scores, reverse=True)
+    assert all(len(c.token_ids) == 3 for c in aborted.outputs)
+    ended = LLM(model, block_size=4, num_gpu_blocks=40).generate(prompts[1:2], SamplingParams(beam_width=4, n=2,
+                                                                                              max_tokens=3))[0]
+    assert [c.token_ids for c in aborted.outputs] == [c.token_ids for c in ended.outputs]
+    assert scores == pytest.approx([c.cumulative_logprob for c in ended.outputs], rel=1e-5)
+    assert [c.finish_reason for c in ended.outputs] == ["length", "length"]
+    _assert_all_free(llm)
+
+
+def test_a_finished_hypothesis_keeps_its_reason_when_the_search_is_aborted(model, prompts):
+    """A hypothesis that ended on a stop token before the abort competes with the live candidates by its
+    score and keeps "stop"; the others say "abort"."""
+    llm = LLM(model, block_size=4, num_gpu_blocks=40)
+    first = llm.generate(prompts[1:2], SamplingParams(max_tokens=1, temperature=0.0))[0].outputs[0].token_ids[0]
+    params = SamplingParams(beam_width=3, n=3, max_tokens=8, stop_token_ids=(first,))  # the greedy first token stops
+    loop, texts = llm.serving_loop(prompts[1:2], params)
+    group = loop.groups[0]
+    _step_until(loop, lambda: group.beam is not None and group.beam.finished and group.seqs[0].num_generated >= 2)
+    loop.abort_request(group.request_id)
+    outputs = llm.request_outputs(loop, texts)[0].outputs
+    assert len(outputs) == 3 and [c.cumulative_logprob for c in outputs] == sorted(
+        (c.cumulative_logprob for c in outputs), reverse=True)
+    reasons = {c.finish_reason for c in outputs}
+    stopped = [c for c in outputs if c.finish_reason == "stop"]
+    assert reasons == {"stop", "abort"} and stopped
+    assert all(c.token_ids[-1] == first for c in stopped)
+    _assert_all_free(llm)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(n=2, max_tokens=4, temperature=1.0, seed=0),
+                                    SamplingParams(beam_width=2, n=2, max_tokens=4)], ids=["samples", "beams"])
+def test_a_request_that_produced_nothing_has_empty_unfinished_outputs(model, prompts, params):
+    llm = LLM(model, block_size=4, num_gpu_blocks=40)
+    loop, texts = llm.serving_loop(prompts[:2], params)
+    before = llm.request_outputs(loop, texts)  # nothing scheduled yet
+    for out in before:
+        assert not out.finished
+        assert [(c.index, c.token_ids, c.text, c.cumulative_logprob, c.finish_reason) for c in out.outputs] == \
+            [(0, [], "", None, None), (1, [], "", None, None)]
+    loop.abort_request(1)  # aborted before its first token: finished, still empty
+    loop.run()
+    after = llm.request_outputs(loop, texts)
+    assert after[1].finished and [(c.token_ids, c.finish_reason) for c in after[1].outputs] == [([], "abort")] * 2
+    assert after[0].finished and all(len(c.token_ids) == 4 for c in after[0].outputs)
+    _assert_all_free(llm)
+
+
 # -- refusals at the door ------------------------------------------------------------------------
 def test_exact_fit_request_is_served(model):
     """prompt + max_tokens − 1 slots: the last token's KV is never written, so the cache is enough."""
@@ -249,5 +312,63 @@ def test_load_weights_drops_the_stale_cache(model, prompts):
         llm.load_weights(other.state_dict())
     loop.abandon()
     _assert_all_free(llm)
-    with torch.no_grad():
-        pass
+
+
+def _cached_then(llm, prompts):
+    llm.generate(prompts[2:3], GREEDY)
+    assert llm.kv_manager.gpu_allocator.num_cached_blocks > 0
+
+
+def test_a_load_that_fails_part_way_drops_the_cache(model, prompts, monkeypatch):
+    """torch copies module by module: a failure in the LM head leaves the layers new and the head old. The
+    next call must compute with those weights, not serve KV the old ones computed."""
+    other = tiny_llama(seed=5, vocab=64)
+    llm = LLM(tiny_llama(vocab=64), block_size=4, num_gpu_blocks=32, enable_prefix_caching=True)
+    _cached_then(llm, prompts)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk read failed")
+
+    monkeypatch.setattr(llm.model.lm_head, "_load_from_state_dict", fail)
+    with pytest.raises(RuntimeError, match="disk read failed"):
+        llm.load_weights(other.state_dict())
+    assert torch.equal(llm.model.model.embed_tokens.weight, other.model.embed_tokens.weight)  # copied before it failed
+    assert llm.kv_manager.gpu_allocator.num_cached_blocks == 0
+    served = llm.generate(prompts[2:3], GREEDY)
+    assert served[0].num_cached_tokens == 0
+    assert _tokens(served) == _tokens(LLM(llm.model, block_size=4, num_gpu_blocks=32).generate(prompts[2:3], GREEDY))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda sd: sd.pop("lm_head.weight"), r"missing keys \['lm_head.weight'\]"),
+    (lambda sd: sd.update(extra=torch.zeros(1)), r"unexpected keys \['extra'\]"),
+    (lambda sd: sd.update({"lm_head.weight": torch.zeros(3, 3)}), r"size mismatch for 'lm_head.weight': \(3, 3\)"),
+    (lambda sd: sd.update({"lm_head.weight": [0.0]}), "'lm_head.weight' is a list, not a tensor"),
+])
+def test_a_refused_load_changes_nothing_and_keeps_the_cache(model, prompts, change, message):
+    """Refused before any tensor is copied (torch itself would copy the matching ones first): the weights
+    are known unchanged, so the cache stays and keeps serving what a fresh LLM computes."""
+    llm = LLM(tiny_llama(vocab=64), block_size=4, num_gpu_blocks=32, enable_prefix_caching=True)
+    _cached_then(llm, prompts)
+    before = {k: v.clone() for k, v in llm.model.state_dict().items()}
+    state = dict(tiny_llama(seed=5, vocab=64).state_dict())
+    change(state)
+    with pytest.raises(RuntimeError, match=message):
+        llm.load_weights(state)
+    assert all(torch.equal(v, before[k]) for k, v in llm.model.state_dict().items())
+    assert llm.kv_manager.gpu_allocator.num_cached_blocks > 0
+    served = llm.generate(prompts[2:3], GREEDY)
+    assert served[0].num_cached_tokens > 0
+    assert _tokens(served) == _tokens(LLM(tiny_llama(vocab=64), block_size=4, num_gpu_blocks=32).generate(prompts[2:3], GREEDY))
+    with pytest.raises(TypeError, match="must be a mapping"):
+        llm.load_weights([("lm_head.weight", torch.zeros(1))])
+
+
+def test_loading_the_models_own_tensors_keeps_the_cache(model, prompts):
+    llm = LLM(tiny_llama(vocab=64), block_size=4, num_gpu_blocks=32, enable_prefix_caching=True)
+    _cached_then(llm, prompts)
+    llm.load_weights(llm.model.state_dict())
+    assert llm.kv_manager.gpu_allocator.num_cached_blocks > 0
+    copy = {k: v.clone() for k, v in llm.model.state_dict().items()}  # equal values, other tensors: not known
+    llm.load_weights(copy)
+    assert llm.kv_manager.gpu_allocator.num_cached_blocks == 0

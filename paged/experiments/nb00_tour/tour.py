@@ -31,6 +31,7 @@ import pandas as pd
 from paged.block import BlockAllocator, BlockTable
 from paged.contiguous import reservation_size
 from paged.contiguous.buddy import BuddyAllocator
+from paged.core.max_model_len import check_request_len
 from paged.core.scheduler import Scheduler
 from paged.core.sequence import SequenceStatus
 from paged.sim.simulator import groups_from_trace
@@ -269,6 +270,8 @@ def replay(trace, system: str = "paged", *, num_slots: int = 64, block_size: int
                               num_cpu_blocks=cpu_blocks, watermark=0.0)
     scheduler = Scheduler(manager, max_num_batched_tokens=max(2 * max_seq_len, 16), preemption_mode=preemption)
     groups = groups_from_trace(trace)
+    for group in groups:  # what every system refuses up front (the message simulate gives)
+        check_request_len(group.request_id, group.prompt_len, group.output_len, max_seq_len)
     steps, finished, arrived = [], [], 0
     while (arrived < len(groups) or scheduler.has_unfinished_seqs()) and len(steps) < max_steps:
         now = len(steps)

@@ -62,7 +62,7 @@ def memory_waste(
     """
     num_slots = num_slots or default_num_slots(block_size=block_size)
     manager = make_kv_manager(system, num_slots // block_size, block_size, max_seq_len=max_seq_len)
-    result = simulate(trace, manager, lambda outputs: ITERATION_TIME)
+    result = simulate(trace, manager, lambda outputs: ITERATION_TIME, max_seq_len=max_seq_len)
     if result.memory.iterations == 0:
         raise ValueError(f"{system}: no iteration had a waiting request ({len(trace)} requests never fill the "
                          f"{num_slots}-slot KV cache), so the average over waiting iterations is undefined; "

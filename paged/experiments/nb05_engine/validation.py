@@ -245,7 +245,8 @@ def validate(model_path=DEFAULT_MODEL, *, num_requests: int = 64, rate_fractions
         manager = make_kv_manager("paged", llm.kv_cache.num_blocks, block_size,
                                   max_seq_len=llm.max_model_len, num_cpu_blocks=llm.kv_cache.num_cpu_blocks)
         return simulate(trace, manager, model, max_num_seqs=llm.max_num_seqs, preemption_mode=preemption,
-                        max_num_batched_tokens=llm.max_num_batched_tokens, record_memory=False)
+                        max_num_batched_tokens=llm.max_num_batched_tokens, record_memory=False,
+                        max_seq_len=llm.max_model_len)
 
     rows = []
     for run in runs:

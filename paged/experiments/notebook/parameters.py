@@ -35,7 +35,7 @@ import math
 import types
 import typing
 
-__all__ = ["record_parameters", "check_parameters", "checked_parameters", "trace_choices",
+__all__ = ["record_parameters", "check_parameters", "checked_parameters", "check_notebook_parameters", "trace_choices",
            "UnknownParameterError", "ParameterTypeError", "ParameterValueError"]
 
 _KEY = "__paged_declared_parameters__"
@@ -332,3 +332,47 @@ def checked_parameters() -> dict:
     (JSON-safe: ``inf`` as the string ``"inf"``), or ``{}``; :func:`paged.experiments.notebook.plotting.save_figure`
     records them with each figure."""
     return dict(_CHECKED)
+
+
+def check_notebook_parameters(notebook, values: dict) -> None:
+    """Check papermill parameter ``values`` against ``notebook``'s own checks without running it: its
+    parameters cell, the values as papermill's injected cell would set them, then the next cell's
+    statements up to and including its ``check_parameters(...)`` call, here in this process. A sweep
+    (``python -m paged sweep-notebook``) refuses a bad value this way before any run starts; the checks
+    the notebook makes later (those that need its data) still run in the notebook.
+
+    Cost: the two cells' imports, once per process; nothing heavy runs.
+
+    Raises:
+        ValueError: one line naming the notebook and the problem (the parameter, the rule or type, the
+            value): an unknown name, a value of the wrong type or one that breaks the notebook's rule.
+    """
+    import ast
+    import contextlib
+    from pathlib import Path
+
+    import nbformat
+
+    path = Path(notebook)
+    cells = [c for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"]
+    if not cells or "parameters" not in cells[0].metadata.get("tags", []):
+        return  # papermill injects any name into a notebook without a parameters cell
+    checks = ast.parse(cells[1].source) if len(cells) > 1 else ast.Module(body=[], type_ignores=[])
+    calls = [i for i, node in enumerate(checks.body) if any(
+        isinstance(n, ast.Call) and getattr(n.func, "id", None) == "check_parameters" for n in ast.walk(node))]
+    if not calls:
+        return
+    prelude = ast.Module(body=checks.body[: calls[0] + 1], type_ignores=[])
+    namespace: dict = {"__name__": "__papermill_check__"}
+    checked = dict(_CHECKED)  # this process's record of the last notebook checked stays as it was
+    try:
+        with contextlib.chdir(path.parent or "."):  # papermill runs a notebook in its folder: relative paths too
+            # dont_inherit: compiled as the kernel compiles a cell, without this module's __future__ annotations
+            exec(compile(cells[0].source, f"{path} (parameters cell)", "exec", dont_inherit=True), namespace)  # noqa: S102
+            namespace.update(values)  # what papermill's injected-parameters cell does
+            exec(compile(prelude, f"{path} (checks)", "exec", dont_inherit=True), namespace)  # noqa: S102
+    except (UnknownParameterError, ParameterTypeError, ParameterValueError) as err:
+        raise ValueError(f"{path}: {' '.join(str(err).split())}") from None
+    finally:
+        _CHECKED.clear()
+        _CHECKED.update(checked)

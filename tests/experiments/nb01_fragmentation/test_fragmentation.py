@@ -38,10 +38,15 @@ def test_oracle_has_no_over_reservation_beyond_the_last_slot():
 
 def test_request_larger_than_cache_is_rejected_before_any_work():
     small = [SimpleNamespace(request_id=i, prompt_len=20, output_len=20, arrival_time=0.0) for i in range(5)]
-    big = SimpleNamespace(request_id=99, prompt_len=1500, output_len=600, arrival_time=0.0)
-    for system in frag.SYSTEMS:
+    big = SimpleNamespace(request_id=99, prompt_len=1500, output_len=400, arrival_time=0.0)  # within 2048 tokens
+    for system in set(frag.SYSTEMS) - {"orca-max"}:  # Max reserves 2048 slots for every request: none fits 1024
         with pytest.raises(RequestTooLargeError, match="request 99 .*could never run"):
-            frag.memory_waste(small + [big], system, num_slots=2048, block_size=16)
+            frag.memory_waste(small + [big], system, num_slots=1024, block_size=16)
+    longer = SimpleNamespace(request_id=98, prompt_len=1500, output_len=600, arrival_time=0.0)  # beyond max_seq_len
+    for system in frag.SYSTEMS:  # every system, in the same words
+        with pytest.raises(RequestTooLargeError, match=r"^request 98 needs 1500 prompt \+ 600 output = 2100 tokens, "
+                                                       r"more than the server's maximum sequence length max_seq_len=2048"):
+            frag.memory_waste(small + [longer], system, num_slots=8192, block_size=16)
 
 
 def test_unknown_system():

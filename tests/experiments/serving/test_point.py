@@ -62,3 +62,25 @@ def test_simulate_point_refuses_bad_input_naming_it(kwargs, match):
 def test_simulate_point_refuses_a_flag_that_is_not_a_bool(kwargs):
     with pytest.raises(ValueError, match=f"{next(iter(kwargs))} must be True"):
         serving.simulate_point(num_requests=5, **kwargs)
+
+
+def test_every_system_refuses_a_request_longer_than_the_server_in_the_same_words():
+    """A server whose longest sequence is 256 tokens: a 200 + 100-token request can never be served, and
+    paged and Oracle (which reserve by need) refuse it as Max, Pow2 and FasterTransformer do, word for word;
+    the same trace within the limit is served by all five."""
+    from paged.core.kv_cache_manager import RequestTooLargeError
+    from paged.sim.config import ServingConfig
+    from paged.workloads import Trace
+
+    model = "opt-13b@1xa100-40gb:256"
+    too_long = Trace.from_lengths([20, 200, 30], [10, 100, 20])
+    messages = set()
+    for system in serving.SYSTEMS:
+        with pytest.raises(RequestTooLargeError) as err:
+            ServingConfig(model=model, system=system).serve(too_long)
+        messages.add(str(err.value))
+    assert messages == {"request 1 needs 200 prompt + 100 output = 300 tokens, more than the server's maximum "
+                        "sequence length max_seq_len=256: it can never be served"}
+    fits = Trace.from_lengths([20, 200, 30], [10, 56, 20])
+    for system in serving.SYSTEMS:
+        assert all(g.finished_time is not None for g in ServingConfig(model=model, system=system).serve(fits).groups)
