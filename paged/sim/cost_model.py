@@ -290,6 +290,13 @@ class CostModel(IterationCostModel):
         compute = 2 * weights * num_tokens / (self.server.peak_flops * self.compute_efficiency)
         return (memory**p + compute**p) ** (1 / p) + num_kernels * GEMM_KERNEL_FLOOR_S
 
+    def linear_limits(self, num_tokens: float) -> tuple[float, float]:
+        """``(memory s, compute s)``: the two limits of the layers' GEMMs on one GPU for ``num_tokens``
+        tokens, before the blend and the floors (the iteration is compute bound where the second is larger)."""
+        weights, g = self.model.matmul_params, self.server.num_gpus
+        return (weights / g * self.model.dtype_bytes / self._bw,
+                2 * weights / g * num_tokens / (self.server.peak_flops * self.compute_efficiency))
+
     def elementwise_time(self, num_tokens: float) -> float:
         """Seconds of one layer's element-wise operators over ``num_tokens`` tokens on one GPU."""
         m, g = self.model, self.server.num_gpus
