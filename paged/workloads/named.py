@@ -38,6 +38,21 @@ def _fig11_sharegpt(tokenizer: str) -> Trace:
     return tilted_sample(_cached_trace(str(path), path.stat().st_mtime_ns), *SHAREGPT_PAPER_MEANS, seed=0)
 
 
+#: §6.4's prefix lengths (LLaMA-13B's tokens): the 1-shot and 5-shot prefixes of 80 and 341 tokens.
+PAPER_PREFIX_TOKENS = {"wmt16-1shot": 80, "wmt16-5shot": 341}
+
+
+def _paper_prefix(name: str, tokenizer: str) -> Trace:
+    """``name``'s requests with the shared prefix at the paper's length (:data:`PAPER_PREFIX_TOKENS`), each
+    request's own tokens after it unchanged: what Fig. 16 would serve with the paper's prompts' prefixes."""
+    path = data_path(trace_file(name, tokenizer))
+    base = _cached_trace(str(path), path.stat().st_mtime_ns)
+    prefix = PAPER_PREFIX_TOKENS[name]
+    return Trace.from_lengths([r.prompt_len - r.prefix_len + prefix for r in base], [r.output_len for r in base],
+                              prefix_lens=[prefix] * len(base), name=f"{name}-paper-prefix",
+                              source=f"{base.source}; shared prefix set to the paper's {prefix} tokens (§6.4)")
+
+
 def trace_file(name: str, tokenizer: str = "cl100k") -> str:
     """File name (in ``paged.data``) of the named trace counted with ``tokenizer``
     (``"gpt2"``/``"opt"`` or ``"cl100k"``).
@@ -66,7 +81,9 @@ def get_trace(trace: str | Path, num_requests: int | None = None, *, seed: int =
             ``"alpaca-synthetic"``: lognormal lengths with the paper's means; ``"sharegpt-fig11"``:
             the ``"sharegpt"`` pairs resampled with replacement, length-weighted to the paper's Fig. 11
             means, :func:`~paged.workloads.reweight.tilted_sample`, seed 0, as many as ``"sharegpt"``
-            has: a sensitivity input, not the paper's trace), a path to a
+            has: a sensitivity input, not the paper's trace; ``"wmt16-1shot-paper-prefix"``,
+            ``"wmt16-5shot-paper-prefix"``: the WMT16 requests with the shared prefix at the paper's
+            80 / 341 tokens, each request's own tokens unchanged), a path to a
             length CSV, or a path to a ShareGPT or Alpaca JSON file (tokenized, then cached:
             :mod:`paged.workloads.loader`).
         num_requests: requests to sample (without replacement, by ``seed``, original order kept);
@@ -94,6 +111,8 @@ def get_trace(trace: str | Path, num_requests: int | None = None, *, seed: int =
         base = alpaca_like(num_requests or 1000, seed)
     elif key == "sharegpt-fig11":
         base = _fig11_sharegpt(canonical_tokenizer(tokenizer))
+    elif key.endswith("-paper-prefix") and key in NAMED_TRACES:
+        base = _paper_prefix(key.removesuffix("-paper-prefix"), tokenizer)
     elif key in NAMED_TRACES:
         path = data_path(trace_file(key, tokenizer))
         base = _cached_trace(str(path), path.stat().st_mtime_ns)

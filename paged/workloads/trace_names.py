@@ -20,4 +20,6 @@ NAMED_TRACES: dict[str, str | None] = {
     "wmt16-5shot": "wmt16_5shot_lengths",  # WMT16 en->de, 5-shot shared prefix (§6.4)
     "alpaca-synthetic": None,  # lognormal lengths with the paper's Alpaca means: alpaca_like
     "sharegpt-fig11": None,  # sensitivity: the sharegpt pairs resampled by length to Fig. 11's means
+    "wmt16-1shot-paper-prefix": None,  # sensitivity: wmt16-1shot with the paper's prefix length (80 tokens)
+    "wmt16-5shot-paper-prefix": None,  # sensitivity: wmt16-5shot with the paper's prefix length (341 tokens)
 }

@@ -90,13 +90,15 @@ def test_host_cost_table_lists_the_sourced_constants():
     assert HOST_COSTS["scheduler"] == (SCHEDULER_PER_SEQ_S, "sequence")
 
 
-def test_efficiency_factors_have_sourced_ends_and_move_time_the_right_way():
+def test_efficiency_factors_have_measured_ends_and_move_time_the_right_way():
     from paged.sim.cost_model import EFFICIENCY_RANGES
 
     for name, (low, central, high) in EFFICIENCY_RANGES.items():
         assert 0 < low < central < high <= 1, name
     base = get_cost_model("opt-13b", block_size=16)
-    assert base == get_cost_model("opt-13b", memory_efficiency=0.8, compute_efficiency=0.6, block_size=16)  # defaults unchanged
+    assert base == get_cost_model("opt-13b", memory_efficiency=0.82, compute_efficiency=0.74, block_size=16)  # the A100's measured
+    h100 = get_cost_model("llama-3.1-8b", gpu="h100-sxm", block_size=16)
+    assert (h100.memory_efficiency, h100.compute_efficiency) == (0.95, 0.73)  # the H100's measured
     slow = get_cost_model("opt-13b", memory_efficiency=EFFICIENCY_RANGES["memory_efficiency"][0], block_size=16)
     fast = get_cost_model("opt-13b", memory_efficiency=EFFICIENCY_RANGES["memory_efficiency"][2], block_size=16)
     assert slow.decode_time(8, 4000) > base.decode_time(8, 4000) > fast.decode_time(8, 4000)
@@ -143,3 +145,27 @@ def test_decode_time_of_follows_an_overridden_decode_time():
     cost = get_cost_model("opt-13b", block_size=16)
     counting = Counting(**{f.name: getattr(cost, f.name) for f in fields(CostModel)})
     assert counting.decode_time_of(3)(300) == cost.decode_time(3, 300) and calls == [(3, 300)]
+
+
+def test_assumption_fields_move_what_they_model():
+    from dataclasses import replace
+
+    from paged.sim.cost_model import ASSUMPTION_RANGES
+
+    base = get_cost_model("opt-13b", block_size=16)
+    for name, (low, central, high) in ASSUMPTION_RANGES.items():
+        assert 0 <= low < central < high and getattr(base, name) == central, name
+    lo, hi = (replace(base, iteration_overhead_s=v) for v in ASSUMPTION_RANGES["iteration_overhead_s"][::2])
+    assert hi.decode_time(8, 800) - lo.decode_time(8, 800) == pytest.approx(2e-3)
+    small_lo, small_hi = (replace(base, block_size=2, block_overhead_tokens=v) for v in (0.15, 2.0))
+    assert small_lo.attention_slowdown < small_hi.attention_slowdown
+    assert replace(base, block_overhead_tokens=2.0).attention_slowdown == pytest.approx(1.2)  # 16 stays the anchor
+    assert replace(base, copy_latency_s=10e-6).swap_time(64) > replace(base, copy_latency_s=2e-6).swap_time(64)
+
+
+def test_tensor_parallel_all_reduce_is_the_measured_law():
+    one, four, eight = (get_cost_model(m, block_size=16) for m in ("opt-13b", "opt-66b", "opt-175b"))
+    assert one.allreduce_time(64) == 0.0
+    assert four.allreduce_time(1) == pytest.approx(27.8e-6, rel=0.01)  # DGX A100, 4 GPUs: α
+    big = eight.allreduce_time(2048) - eight.allreduce_time(0)
+    assert big == pytest.approx(2 * 7 / 8 * 2048 * 12288 * 2 / 292e9)  # ring bus bytes at the measured β

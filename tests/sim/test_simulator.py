@@ -215,7 +215,7 @@ def test_beam_copies_are_charged_contiguous_whole_kv_paged_cow_blocks():
     both are priced at the cost model's HBM bandwidth and counted in the result."""
     cost = get_cost_model("opt-13b", block_size=16)
     bytes_per_token = cost.model.kv_bytes_per_token
-    assert cost.kv_copy_time(1000) == pytest.approx(2 * 1000 * bytes_per_token / (1555e9 * 0.8))
+    assert cost.kv_copy_time(1000) == pytest.approx(2 * 1000 * bytes_per_token / (1555e9 * cost.memory_efficiency))
     assert cost.block_copy_time(3) == cost.kv_copy_time(48) and cost.kv_copy_time(0) == 0.0
     trace = [Req(i, 40, 30, 0.0) for i in range(4)]
     orca = ServingConfig(model="opt-13b", system="orca-oracle", beam_width=4).serve(trace)

@@ -96,3 +96,14 @@ def test_a_bad_seed_is_refused_by_name(seed):
 def test_a_trace_that_is_no_name_or_path_is_refused():
     with pytest.raises(TypeError, match="trace must be a trace name or a path, got None"):
         get_trace(None)
+
+
+def test_the_wmt16_traces_with_the_papers_prefix_lengths():
+    from paged.workloads.named import PAPER_PREFIX_TOKENS
+
+    for name, tokens in PAPER_PREFIX_TOKENS.items():
+        ours, paper = get_trace(name, tokenizer="gpt2"), get_trace(f"{name}-paper-prefix", tokenizer="gpt2")
+        assert len(ours) == len(paper) and {r.prefix_len for r in paper} == {tokens}
+        for a, b in zip(ours, paper):  # each request's own tokens and output unchanged
+            assert a.prompt_len - a.prefix_len == b.prompt_len - b.prefix_len and a.output_len == b.output_len
+    assert PAPER_PREFIX_TOKENS == {"wmt16-1shot": 80, "wmt16-5shot": 341}

@@ -4,17 +4,21 @@ One row per number the paper states for Fig. 14 (throughput gain over Orca (Orac
 setting), Fig. 15 (KV blocks saved by sharing, Alpaca and ShareGPT), Fig. 16 (shared prefix, WMT16),
 and the real engine's sharing figures (its Fig. 15 cross-check, automatic prefix caching). Each row
 gives the figure, the claim, the paper's number (:mod:`paged.experiments.notebook.paper`), this
-run's, and the measured cause of the difference, in words built from this run's own numbers: the
-batches and preemptions of paged and Orca (Oracle) at their sustained rates, whether a search ended at the saturated
-throughput, the run lengths, the prompt's share of each request's blocks, the prefix lengths.
+run's (the paper column quotes its sentence), and the measured cause of the difference, in words built
+from this run's own numbers: what bounds the decode steps of paged and Orca (Oracle) at their sustained
+rates (the sequence cap, compute-bound steps), their batches and preemptions, whether a search ended at
+the saturated throughput, the run lengths, the prompt's share of each request's blocks, the prefix
+lengths and whether they fill whole blocks; sensitivities are labelled as the assumptions they are.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from paged.experiments.nb02_sharing.decode_bounds import MAX_NUM_SEQS
+from paged.experiments.nb02_sharing.sharing import prefix_block_note
 from paged.experiments.notebook.paper import (ALPACA_MEAN_LENS, FIG14_GAIN_OVER_ORACLE, FIG15_SHARING_SAVED_PERCENT,
-                                              FIG16_SHARED_PREFIX, SHAREGPT_MEAN_LENS, SHAREGPT_SHARING_RANGES)
+                                              FIG16_SHARED_PREFIX, SHAREGPT_MEAN_LENS, SHAREGPT_SHARING_RANGES, TEXT)
 
 __all__ = ["paper_comparison", "COLUMNS"]
 
@@ -60,6 +64,26 @@ def _peak_note(rates: pd.DataFrame | None, decoding: str, width: int) -> str:
         return ""
     which = "both searches" if len(ended) == 2 else f"the {ended[0]} search"
     return f"{which} ended at the saturated throughput (latency under the threshold up to the peak)"
+
+
+def _mechanism(bounds: pd.DataFrame | None, decoding: str, width: int) -> str:
+    """What bounds the decode steps of paged and Orca (Oracle) at their sustained rates (measured,
+    :func:`paged.experiments.nb02_sharing.decode_bounds.decode_bounds`)."""
+    if bounds is None or not len(bounds):
+        return ""
+    part = bounds[(bounds["decoding"] == decoding) & (bounds["width"] == width)].set_index("system")
+    if not {"paged", "orca-oracle"} <= set(part.index):
+        return ""
+    p, o = part.loc["paged"], part.loc["orca-oracle"]
+    text = (f"measured mechanism: at their sustained rates paged decodes {p['decode_batch']:.0f} sequences per step "
+            f"(at most {p['max_decode_batch']:.0f}; the scheduler caps {MAX_NUM_SEQS}), {p['ms_per_decode']:.0f} ms per "
+            f"step, {p['compute_bound_share']:.0%} of its time compute bound; Orca (Oracle) {o['decode_batch']:.0f} "
+            f"sequences, {o['ms_per_decode']:.0f} ms, {o['compute_bound_share']:.0%}")
+    if p["max_decode_batch"] >= 0.9 * MAX_NUM_SEQS and p["compute_bound_share"] > 0.5:
+        text += (": paged's batch sits at the sequence cap and its steps are compute bound, so more memory would "
+                 "not raise its rate; each of its steps serving "
+                 f"{p['decode_batch'] / o['decode_batch']:.2f}× the sequences takes {p['ms_per_decode'] / o['ms_per_decode']:.2f}× as long")
+    return text
 
 
 def _sharing_note(saving: pd.DataFrame, trace: str | None, decoding: str, width: int) -> str:
@@ -121,7 +145,8 @@ def _prefix_lens(trace: str) -> tuple[int, float]:
     return int(t[0].prefix_len), float(t.mean_prompt_len)
 
 
-def _fig16_rows(prefix_rates: pd.DataFrame | None, prefix_lens: dict | None) -> list[dict]:
+def _fig16_rows(prefix_rates: pd.DataFrame | None, prefix_lens: dict | None, sensitivity: pd.DataFrame | None = None,
+                block_size: int = 16) -> list[dict]:
     if prefix_rates is None:
         return [{"figure": "Fig. 16", "claim": f"paged ÷ Orca (Oracle) throughput, WMT16 {shot}",
                  "paper": f"{p['gain_over_oracle']}× (prefix {p['prefix_tokens']} tokens)",
@@ -139,14 +164,21 @@ def _fig16_rows(prefix_rates: pd.DataFrame | None, prefix_lens: dict | None) -> 
         if lens is not None:
             prefix, prompt = lens
             cause.append(f"prefix {prefix} tokens here (GPT-2's BPE; LLaMA's tokenizer is not available offline) vs "
-                         f"{paper['prefix_tokens']}, {100 * prefix / prompt:.0f}% of the mean prompt ({prompt:.1f} tokens)")
+                         f"{paper['prefix_tokens']}, {100 * prefix / prompt:.0f}% of the mean prompt ({prompt:.1f} tokens); "
+                         f"here {prefix_block_note(prefix, block_size)}; the paper's "
+                         f"{prefix_block_note(paper['prefix_tokens'], block_size)}")
+        if sensitivity is not None and len(sensitivity):
+            alt = sensitivity[(sensitivity["shot"] == shot) & (sensitivity["system"] == system)]
+            if len(alt):
+                cause.append(f"sensitivity, an assumption about the paper's prompts: with its {paper['prefix_tokens']}-token "
+                             f"prefix and our requests' own tokens, {system} ÷ Oracle {alt['over_oracle'].iloc[0]:.2f}×")
         cause.append(f"{system} {r['sustained_rate']:.3g} vs Oracle {oracle['sustained_rate']:.3g} req/s")
         ended = [n for n, row in (("paged", r), ("Oracle", oracle)) if bool(row.get("at_throughput", False))]
         if ended:
             cause.append(f"{' and '.join(ended)} ended at the saturated throughput (the ratio is peak ÷ peak)")
         cause.append("LLaMA-13B's shapes on OPT-13B's server (the paper does not state its server)")
         rows.append({"figure": "Fig. 16", "claim": f"{system} ÷ Orca (Oracle) sustained rate, WMT16 {shot}",
-                     "paper": f"{paper['gain_over_oracle']}× (prefix {paper['prefix_tokens']} tokens)",
+                     "paper": f"{paper['gain_over_oracle']}× (prefix {paper['prefix_tokens']} tokens) — {TEXT['fig16']}",
                      "this run": f"{r['over_oracle']:.2f}×", "measured cause of the difference": "; ".join(cause)})
     return rows
 
@@ -155,7 +187,8 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, *, engine: pd.Da
                      prefix_rates: pd.DataFrame | None = None, demo: dict | None = None,
                      sweep: pd.DataFrame | None = None, rates: pd.DataFrame | None = None,
                      lengths: pd.DataFrame | None = None, trace: str | None = None,
-                     prefix_lens: dict | None = None) -> pd.DataFrame:
+                     prefix_lens: dict | None = None, bounds: pd.DataFrame | None = None,
+                     prefix_sensitivity: pd.DataFrame | None = None, block_size: int = 16) -> pd.DataFrame:
     """Every number of §6.3–6.4 the paper states beside this run's, with the measured cause.
 
     Args:
@@ -173,6 +206,12 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, *, engine: pd.Da
         trace: the Fig. 14 trace (its Fig. 15 saving is quoted in the Fig. 14 causes).
         prefix_lens: Fig. 16 trace name -> (prefix tokens, mean prompt tokens) of the trace run
             (default: read from each trace of ``prefix_rates`` with GPT-2's counts, as the simulations).
+        bounds: :func:`paged.experiments.nb02_sharing.decode_bounds.decode_bounds` rows: the measured
+            mechanism of the Fig. 14 settings they cover.
+        prefix_sensitivity: :func:`paged.experiments.nb02_sharing.sharing.shared_prefix_rates` rows on
+            :data:`~paged.experiments.nb02_sharing.sharing.FIG16_PAPER_PREFIX_TRACES`: Fig. 16 with the paper's
+            prefix lengths (an assumption about its prompts).
+        block_size: the paged block size (tokens), for whether a prefix fills whole blocks.
 
     Returns:
         A DataFrame with :data:`COLUMNS`, one row per number (text cells).
@@ -184,16 +223,16 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, *, engine: pd.Da
     for r in gains.itertuples():
         d, w, v = r.decoding, r.width, r.improvement
         if d == "basic":
-            paper = f"{FIG14_GAIN_OVER_ORACLE['basic sampling']}×"
+            paper = f"{FIG14_GAIN_OVER_ORACLE['basic sampling']}× — {TEXT['fig14']}"
         elif (d, w) == ("beam", 6):
-            paper = f"{FIG14_GAIN_OVER_ORACLE['beam width 6']}×"
+            paper = f"{FIG14_GAIN_OVER_ORACLE['beam width 6']}× — {TEXT['fig14']}"
         else:
             paper = (f"not stated (grows from {FIG14_GAIN_OVER_ORACLE['basic sampling']}× to "
                      f"{FIG14_GAIN_OVER_ORACLE['beam width 6']}×)")
         ours = f"{v:.2f}×"
         if paged_rate is not None and oracle_rate is not None:
             ours += f" ({float(paged_rate[d, w]):.3g} vs {float(oracle_rate[d, w]):.3g} req/s)"
-        parts = [_runs(sweep, rates, d, w),
+        parts = [_mechanism(bounds, d, w), _runs(sweep, rates, d, w),
                  _peak_note(rates, d, w), _sharing_note(saving, trace, d, w)]
         rows.append({"figure": "Fig. 14", "claim": f"paged ÷ Orca (Oracle) sustained rate, {_LABELS[d].format(w)}",
                      "paper": paper, "this run": ours,
@@ -217,7 +256,7 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, *, engine: pd.Da
                              + (", with its own beams" if d == "beam" else ", prompt blocks shared as in the simulator")})
     if prefix_lens is None and prefix_rates is not None:
         prefix_lens = {t: _prefix_lens(t) for t in prefix_rates["trace"].unique()}
-    rows += _fig16_rows(prefix_rates, prefix_lens)
+    rows += _fig16_rows(prefix_rates, prefix_lens, prefix_sensitivity, block_size)
     if demo is not None:
         wall, prefill = demo["time_saved"], demo["prefill_time_saved"]
         cause = (f"caching shortens only the prefill; wall time −{wall:.0%} against prefill time −{prefill:.0%}: "

@@ -28,11 +28,13 @@ import statistics
 
 import pandas as pd
 
-from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, as_names, sustained_rate, sweep
+from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, THRESHOLDS, as_names, sustained_rate, \
+    sweep
 from paged.experiments.notebook.sweep import run_jobs
 from paged.workloads.named import NAMED_TRACES
 
-__all__ = ["CURVE_LATENCY_CAP", "FIG14_SYSTEMS", "FIG14_SETTINGS", "FIG16_TRACES", "FIG16_SYSTEMS", "group_options", "sustained_rates",
+__all__ = ["CURVE_LATENCY_CAP", "SEARCH_LATENCY_CAP", "FIG14_SYSTEMS", "FIG14_SETTINGS", "FIG16_TRACES",
+           "FIG16_PAPER_PREFIX_TRACES", "prefix_block_note", "FIG16_SYSTEMS", "group_options", "sustained_rates",
            "latency_sweep", "improvement_over_oracle", "memory_saving", "engine_memory_saving",
            "available_fig16_traces", "shared_prefix_rates", "shared_prefix_sweep", "FIG16_CURVES", "length_summary", "prefix_caching_demo",
            "demo_summary", "SYSTEM_PROMPT", "SAVING_RATES", "saving_rates"]
@@ -43,6 +45,9 @@ __all__ = ["CURVE_LATENCY_CAP", "FIG14_SYSTEMS", "FIG14_SETTINGS", "FIG16_TRACES
 #: is far past its own capacity, and a finished paper-length run would only measure how long its
 #: queue takes to drain (the uncapped runs reached 170 s/token).
 CURVE_LATENCY_CAP = 1.0
+#: The searches' runs go on (and double until their latency converges) up to this latency, as notebook
+#: 03's searches over every threshold of :data:`paged.experiments.serving.THRESHOLDS` do (s/token).
+SEARCH_LATENCY_CAP = max(THRESHOLDS)
 #: Systems of Fig. 14, the paper's order.
 FIG14_SYSTEMS = ("paged", "orca-oracle", "orca-pow2", "orca-max")
 #: (decoding, width) settings of Fig. 14; ``("basic", 1)`` is one sample per request, the paper's
@@ -51,6 +56,8 @@ FIG14_SETTINGS = (("basic", 1), ("parallel", 2), ("parallel", 4), ("parallel", 6
                   ("beam", 2), ("beam", 4), ("beam", 6))
 #: Fig. 16's traces (built by the WMT16 workload, paged.workloads.wmt16), by prefix.
 FIG16_TRACES = {"1-shot": "wmt16-1shot", "5-shot": "wmt16-5shot"}
+#: The same requests with the shared prefix at the paper's 80 and 341 tokens (a sensitivity of Fig. 16).
+FIG16_PAPER_PREFIX_TRACES = {"1-shot": "wmt16-1shot-paper-prefix", "5-shot": "wmt16-5shot-paper-prefix"}
 #: Fig. 16's systems: (label, system, prefix caching).
 FIG16_SYSTEMS = (("paged (reserved prefix)", "paged", False), ("paged (prefix caching)", "paged", True),
                  ("orca-oracle", "orca-oracle", False))
@@ -81,7 +88,8 @@ def sustained_rates(settings=FIG14_SETTINGS, systems=FIG14_SYSTEMS, *, model: st
     searches (:func:`~paged.experiments.serving.simulate_point` rows with ``decoding`` and ``width``)."""
     common = dict(model=model, trace=trace, lo=lo, thresholds=(threshold,), num_requests=num_requests,
                   duration_scale=duration_scale, saturated_requests=saturated_requests, seed=seed, rel_tol=rel_tol,
-                  workers=1, block_size=block_size, probes=tuple(probes), return_points=True)
+                  workers=1, block_size=block_size, probes=tuple(probes), return_points=True,
+                  latency_cap=max(threshold, SEARCH_LATENCY_CAP))
     jobs = [dict(systems=[system], groups=group_options(decoding, width), **common)
             for decoding, width in settings for system in systems]  # one job per search: the workers stay busy
     results = run_jobs(sustained_rate, jobs, workers=workers, desc="Fig. 14 sustained rates")
@@ -210,23 +218,25 @@ def available_fig16_traces() -> dict[str, str]:
 def shared_prefix_rates(*, model: str = "llama-13b", num_requests: int | None = None, duration_scale: float = 1.0,
                         seed: int = 0, lo: float = 0.1, rel_tol: float = 0.03, workers: int = 2, block_size: int = 16,
                         threshold: float = LATENCY_THRESHOLD, saturated_requests: int = SATURATED_REQUESTS,
-                        probes=(), return_points: bool = False):
-    """Fig. 16: sustained rate of each of :data:`FIG16_SYSTEMS` on each available WMT16 trace, and paged ÷
-    Orca (Oracle); runs as :func:`sustained_rates` (one search per job, ``workers`` at once). None (after
-    printing why) when no ``wmt16-*`` trace
-    is installed. With ``return_points``, also every run of the searches (rows with ``shot`` and the
-    system's label in ``label``)."""
-    available = available_fig16_traces()
+                        probes=(), return_points: bool = False, traces: dict | None = None,
+                        systems=FIG16_SYSTEMS):
+    """Fig. 16: sustained rate of each of ``systems`` (default :data:`FIG16_SYSTEMS`, which must include
+    Orca (Oracle)) on each available WMT16 trace (``traces``: shot -> trace name, default
+    :func:`available_fig16_traces`; e.g. :data:`FIG16_PAPER_PREFIX_TRACES` for the paper's prefix lengths),
+    and each ÷ Orca (Oracle); runs as :func:`sustained_rates` (one search per job, ``workers`` at once).
+    None (after printing why) when no ``wmt16-*`` trace is installed. With ``return_points``, also every
+    run of the searches (rows with ``shot`` and the system's label in ``label``)."""
+    available = available_fig16_traces() if traces is None else dict(traces)
     if not available:
         print("Fig. 16 skipped: the WMT16 traces (wmt16-1shot, wmt16-5shot) are not in this installation's "
               f"named traces ({', '.join(NAMED_TRACES)}); they come with the WMT16 workload (paged.workloads.wmt16).")
         return None
-    labels = [(shot, trace, label) for shot, trace in available.items() for label, _, _ in FIG16_SYSTEMS]
+    labels = [(shot, trace, label) for shot, trace in available.items() for label, _, _ in systems]
     jobs = [dict(systems=[system], model=model, trace=trace, lo=lo, thresholds=(threshold,), num_requests=num_requests,
                  duration_scale=duration_scale, saturated_requests=saturated_requests, seed=seed, rel_tol=rel_tol,
                  workers=1, block_size=block_size, groups={"prefix_caching": caching}, probes=tuple(probes),
-                 return_points=True)
-            for trace in available.values() for _, system, caching in FIG16_SYSTEMS]  # one job per search
+                 return_points=True, latency_cap=max(threshold, SEARCH_LATENCY_CAP))
+            for trace in available.values() for _, system, caching in systems]  # one job per search
     rows, points = [], []
     for (shot, trace, label), (df, runs) in zip(labels, run_jobs(sustained_rate, jobs, workers=workers,
                                                                  desc="Fig. 16 sustained rates")):
@@ -388,3 +398,14 @@ def demo_summary(demo: pd.DataFrame) -> dict:
             "prefill_time_saved_range": (float(prefill.min()), float(prefill.max())),
             "same_output": bool(demo["same_output"].all())}
 
+
+
+def prefix_block_note(prefix_len: int, block_size: int) -> str:
+    """Whether a shared prefix of ``prefix_len`` tokens fills whole ``block_size``-token blocks: if not,
+    its last block is partly filled and every request that writes its own first token there copies it
+    (copy-on-write, §4.4), one block per request."""
+    full, rest = divmod(prefix_len, block_size)
+    if not rest:
+        return f"{prefix_len} tokens are exactly {full} {block_size}-token blocks: no request copies a prefix block"
+    return (f"{prefix_len} tokens are {full} full {block_size}-token blocks and {rest} tokens in a partly filled one, "
+            f"which every request copies when it writes its first own token (one copy-on-write each)")

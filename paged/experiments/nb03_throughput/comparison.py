@@ -1,11 +1,13 @@
 """Notebook 03's "paper vs this run" table (§6.2, §6.5): each figure's number beside the paper's.
 
-Rows: Fig. 12's sustained-rate ratios of paged over each baseline (ShareGPT, Alpaca), Fig. 13's
-average batches (at matched load first, then at the paper's fixed rates with their Little's-law
-explanation, then the sensitivity check on the ``sharegpt-fig11`` sample), and Fig. 17's chatbot
-ratios. Each row gives the figure, the claim, the paper's number
-(:mod:`paged.experiments.notebook.paper`), this run's, and the measured cause of the difference,
-built from this run's numbers.
+Rows: Fig. 12's sustained-rate ratios of paged over each baseline (ShareGPT, Alpaca; OPT-175B's
+Oracle ratio too, where the paper's text and its figure differ), Fig. 13's average batches (the
+``sharegpt-fig11`` trace, whose lengths are the paper's Fig. 11 means, first; then ours at matched
+load and at the paper's fixed rates with their Little's-law explanation), and Fig. 17's chatbot
+ratios with the bound memory sets. Each row gives the figure, the claim, the paper's number with its
+own words and, where they differ, what its figure shows and how that was read
+(:mod:`paged.experiments.notebook.paper`), this run's number, and the measured cause of the
+difference, built from this run's numbers.
 
 Which ratio the paper's "up to 22×" over FasterTransformer is: §6.2 defines a system's throughput
 by where its latency "suddenly explodes" ("when the request rate surpasses the capacity of the
@@ -23,7 +25,7 @@ from __future__ import annotations
 import pandas as pd
 
 from paged.experiments.nb03_throughput.throughput import workload
-from paged.experiments.notebook.paper import FIG13_BATCHED_REQUESTS
+from paged.experiments.notebook.paper import FIG13_BATCHED_REQUESTS, FIGURE_READING_METHOD, FIGURE_READINGS, TEXT
 from paged.experiments.serving import LATENCY_THRESHOLD
 
 __all__ = ["COLUMNS", "paper_comparison"]
@@ -66,6 +68,29 @@ def _ratio_cause(r: pd.Series, threshold: float, ft_models: pd.DataFrame | None)
     return "; ".join(parts)
 
 
+def _paper_text(figure: str, trace: str, model: str, baseline: str, stated: str) -> str:
+    """The paper's number, its sentence, and what its figure shows where the two differ (and how read)."""
+    key = "fig17" if figure == "Fig. 17" else "fig12_alpaca" if workload(trace) == "alpaca" else "fig12"
+    text = f"{stated} — {TEXT[key]}"
+    reading = FIGURE_READINGS.get((key[:5], model, "orca-*" if key == "fig17" else _SYSTEM.get(baseline, baseline)))
+    if reading:
+        text += f"; its {figure} curves read {reading} ({FIGURE_READING_METHOD})"
+    return text
+
+
+_SYSTEM = {"Orca (Oracle)": "orca-oracle", "Orca (Pow2)": "orca-pow2", "Orca (Max)": "orca-max"}
+
+
+def _memory_bound(footprint: pd.DataFrame | None, baseline: str) -> str:
+    """The ratio memory alone allows: requests that fit in paged's KV cache ÷ the baseline's."""
+    if footprint is None or _SYSTEM.get(baseline) not in set(footprint["system"]):
+        return ""
+    fit = footprint.set_index("system")["requests_that_fit"]
+    b = _SYSTEM[baseline]
+    return (f"memory bounds the gain: on average paged's KV cache holds {fit['paged']:.1f} running requests, "
+            f"{baseline}'s {fit[b]:.2f}, so at most {fit['paged'] / fit[b]:.2f}× (throughput.kv_footprint)")
+
+
 def _batches(part: pd.DataFrame) -> str:
     r = part.set_index("system")
     return ", ".join(f"{s} {r.loc[s, 'avg_decode_batched_requests']:.2f} per decode iteration "
@@ -97,7 +122,8 @@ def _little_cause(little: pd.DataFrame | None, trace: str, load: str) -> str:
 def _fig13_rows(batched: pd.DataFrame, little: pd.DataFrame | None, *, label: str) -> list[dict]:
     rows = []
     loads = list(batched.groupby(["trace", "load"], sort=False))
-    loads.sort(key=lambda item: item[0][1] == "paper")  # matched load first
+    # the trace matched to the paper's Fig. 11 lengths first, then matched load, then the paper's rates
+    loads.sort(key=lambda item: (item[0][0] != "sharegpt-fig11", item[0][1] == "paper"))
     for (trace, load), part in loads:
         rate = float(part["rate"].iloc[0])
         paper = _paper_batches(trace, rate)
@@ -106,7 +132,9 @@ def _fig13_rows(batched: pd.DataFrame, little: pd.DataFrame | None, *, label: st
         if {"paged", "orca-oracle"} <= set(decode.index):
             ratio = f"paged ÷ Oracle {decode['paged'] / decode['orca-oracle']:.2f}× per decode iteration"
         if paper:
-            paper_text = ", ".join(f"{k} {v:.2f}" for k, v in paper.items())
+            paper_text = ", ".join(f"{k} {v:.2f}" for k, v in paper.items()) + f" — {TEXT['fig13']}"
+            if trace == "sharegpt-fig11":
+                paper_text += " (on its own ShareGPT sample, whose means this trace matches)"
             cause = _little_cause(little, trace, load)
         else:
             refs = [(k, v) for k, v in FIG13_BATCHED_REQUESTS.items() if k.split("@")[0] == workload(trace)]
@@ -121,7 +149,8 @@ def _fig13_rows(batched: pd.DataFrame, little: pd.DataFrame | None, *, label: st
 
 def paper_comparison(ratios: pd.DataFrame, batched: pd.DataFrame, chat_ratios: pd.DataFrame | None = None,
                      *, little: pd.DataFrame | None = None, sensitivity: pd.DataFrame | None = None,
-                     model: str = "opt-13b", threshold: float = LATENCY_THRESHOLD) -> pd.DataFrame:
+                     footprint: pd.DataFrame | None = None, model: str = "opt-13b",
+                     threshold: float = LATENCY_THRESHOLD) -> pd.DataFrame:
     """The paper's OPT-13B claims beside this run, with the measured causes (module docstring).
 
     Args:
@@ -131,7 +160,9 @@ def paper_comparison(ratios: pd.DataFrame, batched: pd.DataFrame, chat_ratios: p
             at scale 1 used): matched load (any ``load`` but ``"paper"``) first, then the paper's rates.
         little: :func:`paged.experiments.nb03_throughput.throughput.littles_law` rows of ``batched`` and
             ``sensitivity`` (the Little's-law causes), or None.
-        sensitivity: ``batched_requests`` rows of the sensitivity check (``sharegpt-fig11``), or None.
+        sensitivity: further ``batched_requests`` rows shown after the others as a sensitivity check, or None.
+        footprint: :func:`paged.experiments.nb03_throughput.throughput_figures.kv_footprint` of the chatbot
+            trace (Fig. 17's bound from memory), or None.
 
     Returns:
         A DataFrame with :data:`COLUMNS`, one row per number (text cells).
@@ -140,11 +171,22 @@ def paper_comparison(ratios: pd.DataFrame, batched: pd.DataFrame, chat_ratios: p
     for figure, frame in (("Fig. 12", ratios), ("Fig. 17", chat_ratios)):
         if frame is None:
             continue
-        for _, r in frame[frame["model"] == model].iterrows():
+        key = "fig12" if figure == "Fig. 12" else "fig17"
+
+        def shown(r) -> bool:  # the compared model, and where the paper's figure reads otherwise than its text
+            return r["model"] == model or (workload(r["trace"]) == "sharegpt"
+                                           and (key, r["model"], _SYSTEM.get(r["baseline"])) in FIGURE_READINGS)
+
+        shown = frame[[shown(r) for _, r in frame.iterrows()]] if len(frame) else frame
+        for _, r in shown.iterrows():
             ft = frame[(frame["trace"] == r["trace"]) & (frame["baseline"] == _FT)] if r["baseline"] == _FT else None
-            rows.append({"figure": figure, "claim": f"{workload(r['trace'])}: sustained rate paged ÷ {r['baseline']}",
-                         "paper": r["paper"], "this run": _ratio_text(r, threshold),
-                         "measured cause of the difference": _ratio_cause(r, threshold, ft)})
+            cause = _ratio_cause(r, threshold, ft)
+            if figure == "Fig. 17":
+                cause = "; ".join(c for c in (_memory_bound(footprint, r["baseline"]), cause) if c)
+            label = "" if r["model"] == model else f" ({r['model'].upper()})"
+            rows.append({"figure": figure, "claim": f"{workload(r['trace'])}: sustained rate paged ÷ {r['baseline']}{label}",
+                         "paper": _paper_text(figure, r["trace"], r["model"], r["baseline"], r["paper"]),
+                         "this run": _ratio_text(r, threshold), "measured cause of the difference": cause})
     main = batched[batched["model"] == model] if "model" in batched else batched
     if "cpu_scale" in main:
         main = main[main["cpu_scale"] == 1.0]

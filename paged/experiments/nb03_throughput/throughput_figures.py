@@ -26,7 +26,7 @@ from paged.experiments.serving import LATENCY_THRESHOLD, SYSTEMS, WALL_TIME_COLU
 from paged.sim.cost_model import PRESETS, get_cost_model
 
 __all__ = ["figure_data", "plot_latency_vs_rate", "plot_sensitivity", "plot_efficiency_sensitivity", "plot_batched_requests", "plot_vs_block_size",
-           "swap_recompute_table", "plot_swap_recompute", "kv_footprint"]
+           "swap_recompute_table", "plot_swap_recompute", "kv_footprint", "plot_kv_footprint"]
 
 
 def figure_data(df: pd.DataFrame) -> pd.DataFrame:
@@ -143,7 +143,7 @@ def plot_sensitivity(ratios: pd.DataFrame, column: str):
 
 
 def plot_efficiency_sensitivity(df: pd.DataFrame, trace: str | None = None):
-    """Paged's peak ÷ each baseline's vs each efficiency factor at its sourced low, central and high
+    """Paged's peak ÷ each baseline's vs each efficiency factor at its low, central and high
     value (:func:`paged.experiments.nb03_throughput.efficiency_sensitivity.efficiency_sensitivity` rows), for one
     trace (default the first): one row of panels per factor, one column per model, a line per baseline."""
     trace = df["trace"].iloc[0] if trace is None else trace
@@ -154,9 +154,10 @@ def plot_efficiency_sensitivity(df: pd.DataFrame, trace: str | None = None):
         for j, model in enumerate(models):
             ax = axes[i][j]
             part = df[(df["factor"] == factor) & (df["model"] == model)]
+            x = "on this GPU" if "on this GPU" in part else "value"  # the value the model ran with
             for baseline, line in part.groupby("baseline", sort=False):
-                line = line.sort_values("value")
-                ax.plot(line["value"], line["peak ÷"], marker="o", label=baseline)
+                line = line.sort_values(x)
+                ax.plot(line[x], line["peak ÷"], marker="o", label=baseline)
             ax.set(xlabel=factor.replace("_", " "), ylabel="peak paged ÷ baseline", title=f"{model}, {trace}")
             ax.set_yscale("log")
     axes[0][0].legend(frameon=False, fontsize=7)
@@ -290,3 +291,19 @@ def kv_footprint(trace, model: str = "opt-13b", block_size: int = 16) -> pd.Data
             slot_steps[s] += o << BuddyAllocator.order_for(reservation_size(s.removeprefix("orca-"), p, o, max_len))
     return pd.DataFrame([{"system": s, "mean_slots_held": total / steps, "requests_that_fit": slots * steps / total}
                          for s, total in slot_steps.items()])
+
+
+def plot_kv_footprint(footprint: pd.DataFrame):
+    """Running requests each system's KV cache holds on average (:func:`kv_footprint`), and above each
+    Orca bar the bound memory sets on paged's gain over it (paged's requests ÷ its)."""
+    order = _system_order(footprint["system"])
+    fit = footprint.set_index("system").loc[order, "requests_that_fit"]
+    fig, ax = plt.subplots(figsize=(5.0, 3.0))
+    ax.bar(range(len(order)), fit, color=[SYSTEM_COLORS.get(s, "0.4") for s in order])
+    for k, (system, value) in enumerate(fit.items()):
+        if system != "paged" and "paged" in fit:
+            ax.annotate(f"≤ {fit['paged'] / value:.2f}×", (k, value), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(order)), order, rotation=20)
+    ax.set_ylabel("requests the KV cache holds (mean)")
+    fig.tight_layout()
+    return fig

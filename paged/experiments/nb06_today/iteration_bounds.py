@@ -9,8 +9,8 @@ ran, not assumed from the batch size:
 * :class:`BoundRecorder`: the :class:`~paged.sim.cost_model.CostModel` of a system, unchanged in every
   time it returns, that also adds up per iteration (prefill and decode, the simulator's fast-forwarded
   decode runs included: it prices each of their iterations) its seconds, whether its linear layers are
-  compute bound (their FLOP time above the time to stream the weights, the cost model's own
-  ``linear_time`` against its value at zero tokens), the context-dependent part of a decode step (the KV
+  compute bound (their FLOP time above the time to stream the weights,
+  :meth:`~paged.sim.cost_model.CostModel.linear_limits`), the context-dependent part of a decode step (the KV
   reads of attention and the block tables copied to the device) and the host (CPU) seconds;
 * :func:`bound_profile`: one saturated run (every request waiting from t = 0, as the peak-throughput run
   of :func:`paged.experiments.serving.simulate_point`) of a system on a deployment through a
@@ -56,7 +56,8 @@ class BoundRecorder(CostModel):
         return cls(**{f.name: getattr(cost, f.name) for f in fields(CostModel)})
 
     def _compute_bound(self, num_tokens: int, num_logits: int) -> bool:
-        return CostModel.linear_time(self, num_tokens, num_logits) > CostModel.linear_time(self, 0, 0)
+        memory, compute = self.linear_limits(num_tokens)
+        return compute > memory
 
     def decode_time(self, num_seqs: int, context_tokens: int) -> float:
         """:meth:`CostModel.decode_time`, tallied (seconds)."""

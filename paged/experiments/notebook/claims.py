@@ -1,6 +1,7 @@
 """README.md's claims table, generated from the figures' CSV files (``python -m paged claims``).
 
-One line per claim of the paper: the claim, the paper's number (:mod:`paged.experiments.notebook.paper`),
+One line per claim of the paper: the claim, the paper's number (:mod:`paged.experiments.notebook.paper`:
+its text's, then what its curves show where the two differ, read by eye),
 the number this run gives, read from the CSV that :func:`~paged.experiments.notebook.plotting.save_figure`
 wrote beside the figure, and links to the figure and its notebook. ``make reproduce`` rewrites the
 table after the manifest, between the markers :data:`BEGIN` and :data:`END` in README.md; a test
@@ -105,7 +106,7 @@ def _fig12_ft(read) -> str:
     df = read("fig12_latency_vs_rate")
     peak = _by_model(_ratios(df, "fastertransformer", peak=True), "sharegpt")
     fixed = _by_model(_ratios(df, "fastertransformer"), "sharegpt", digits=1)
-    return f"peak to peak {peak}; at a fixed {THRESHOLD:g} s/token {fixed}"
+    return f"peak ÷ peak {peak}; at {THRESHOLD:g} s/token {fixed}"
 
 
 def _fig12_alpaca(read) -> str:
@@ -114,22 +115,32 @@ def _fig12_alpaca(read) -> str:
 
 def _fig13(read) -> str:
     df = read("fig13_batched_requests")
-    df = df[(df["trace"] == "sharegpt") & (df["cpu_scale"] == 1)]
+    df = df[df["cpu_scale"] == 1]
     order = ("paged", "orca-oracle", "orca-pow2", "orca-max")
 
-    def batches(load):
-        part = df[df["load"] == load].set_index("system")["avg_decode_batched_requests"]
-        return ", ".join(f"{part[s]:.1f}" for s in order), float(df.loc[df["load"] == load, "rate"].iloc[0])
+    def batches(trace, load):
+        part = df[(df["trace"] == trace) & (df["load"] == load)]
+        values = part.set_index("system")["avg_decode_batched_requests"]
+        return ", ".join(f"{values[s]:.1f}" for s in order), float(part["rate"].iloc[0])
 
-    at_paper, _ = batches("paper")
-    at_knee, knee = batches("paged's knee")
+    at_knee, knee = batches("sharegpt", "paged's knee")
+    if "sharegpt-fig11" in set(df["trace"]):  # the trace matched to the paper's Fig. 11 lengths leads
+        at_paper, rate = batches("sharegpt-fig11", "paper (Fig. 11 means)")
+        own, own_knee = batches("sharegpt-fig11", "paged's knee (Fig. 11 means)")
+        return f"Fig. 11 lengths: {at_paper} (knee {own_knee:.2f}: {own}); ours at knee {knee:.2f}: {at_knee}"
+    at_paper, _ = batches("sharegpt", "paper")
     return f"per decode step {at_paper}; at paged's knee ({knee:.2f} req/s) {at_knee}"
 
 
 def _fig17(read) -> str:
     df = read("fig17_chatbot")
-    return ", ".join(f"÷ {_SHORT[s]} {next(iter(_ratios(df, s).values())):.2f}×"
-                     for s in ("orca-oracle", "orca-pow2", "orca-max"))
+    baselines = ("orca-oracle", "orca-pow2", "orca-max")
+    text = ", ".join(f"÷ {_SHORT[s]} {next(iter(_ratios(df, s).values())):.2f}×" for s in baselines)
+    try:  # the bound memory sets (notebook 03's fig17_kv_footprint), where the figure set has it
+        fit = read("fig17_kv_footprint").set_index("system")["requests_that_fit"]
+    except FileNotFoundError:
+        return text
+    return text + "; memory allows ≤ " + ", ".join(f"{fit['paged'] / fit[s]:.2f}" for s in baselines) + "×"
 
 
 def _fig18b(read) -> str:
@@ -231,7 +242,8 @@ CLAIMS = [
           "token states " + ", ".join(f"{_SHORT[s]} {_F2[s]['token_states']}%" for s in
                                       ("orca-max", "orca-pow2", "orca-oracle", "paged")), _fig02),
     Claim("paged sustains more load than Orca (Oracle), ShareGPT (§6.2)", "03", "fig12_latency_vs_rate",
-          paper.FIG12_SUSTAINED_RATIOS["orca-oracle"], _fig12_oracle),
+          f"{paper.FIG12_SUSTAINED_RATIOS['orca-oracle']}; curves "
+          f"{paper.FIGURE_READINGS['fig12', 'opt-175b', 'orca-oracle']} at 175B (by eye)", _fig12_oracle),
     Claim("… than Orca (Max)", "03", "fig12_latency_vs_rate", paper.FIG12_SUSTAINED_RATIOS["orca-max"], _fig12_max),
     Claim("… than FasterTransformer", "03", "fig12_latency_vs_rate", paper.FIG12_SUSTAINED_RATIOS["fastertransformer"],
           _fig12_ft),
@@ -240,7 +252,8 @@ CLAIMS = [
     Claim("more requests batched, ShareGPT at 2 req/s (Fig. 13; paged, Oracle, Pow2, Max)", "03",
           "fig13_batched_requests", ", ".join(f"{_F13[s]:.2f}" for s in ("paged", "orca-oracle", "orca-pow2", "orca-max")),
           _fig13),
-    Claim("chatbot: 2× every Orca variant (§6.5)", "03", "fig17_chatbot", f"{paper.FIG17_CHATBOT_RATIO:g}×", _fig17),
+    Claim("chatbot: 2× every Orca variant (§6.5)", "03", "fig17_chatbot",
+          f"{paper.FIG17_CHATBOT_RATIO:g}×; curves {paper.FIGURE_READINGS['fig17', 'opt-13b', 'orca-*']} (by eye)", _fig17),
     Claim("block size: 16–128 best on ShareGPT, 16–32 on Alpaca (§7.2)", "03", "fig18b_block_size", "16–128, 16–32",
           _fig18b),
     Claim("swap and recompute comparable at blocks 16–64 (§7.3)", "03", "fig19_swap_recompute", "within ~20%", _fig19),

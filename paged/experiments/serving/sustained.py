@@ -23,7 +23,7 @@ from paged.sim.config import DEFAULT_BLOCK_SIZE, model_name
 
 __all__ = ["as_names", "sustained_rate"]
 
-def _sustained(system, settings, thresholds, rel_tol, lo, known, saturated_requests, probes=()):
+def _sustained(system, settings, thresholds, rel_tol, lo, known, saturated_requests, probes=(), latency_cap=None):
     """One system's saturated throughput and sustained rate at each threshold (module docstring)."""
     common = {k: v for k, v in settings.items() if k not in ("min_duration", "num_requests")}
     min_duration, count = settings["min_duration"], settings["num_requests"]
@@ -39,7 +39,7 @@ def _sustained(system, settings, thresholds, rel_tol, lo, known, saturated_reque
                               **common)
     throughput = float(peak["throughput_rps"])
     cache = {float(r["rate"]): float(r["normalized_latency"]) for _, r in rows.iterrows() if math.isfinite(r["rate"])}
-    cap = max(thresholds)
+    cap = max(thresholds) if latency_cap is None else latency_cap
     points = [] if len(saturated) else [peak]
 
     def latency(rate):
@@ -92,7 +92,7 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
                    min_duration: float | None = None, duration_scale: float = 1.0, workers: int = 2,
                    known: pd.DataFrame | None = None, return_points: bool = False,
                    saturated_requests: int = SATURATED_REQUESTS, num_requests: int | None = None,
-                   groups: dict | None = None, tokenizer: str = "gpt2", probes=()):
+                   groups: dict | None = None, tokenizer: str = "gpt2", probes=(), latency_cap: float | None = None):
     """Each system's saturated throughput and its sustained rate at each threshold, for every
     (model, trace) given (jobs in parallel over ``workers`` processes).
 
@@ -101,8 +101,8 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
     ``[0, throughput]`` until the bracket is within ``rel_tol`` of its upper end (the throughput
     itself counts as failing: it cannot be served in steady state), so it is never above the
     throughput. Latency is assumed to grow with rate (every rate scales one arrival stream).
-    Evaluations are shared between thresholds; runs stop early once their latency must pass the
-    largest threshold.
+    Evaluations are shared between thresholds; runs stop early once their latency must pass
+    ``latency_cap`` (default the largest threshold), and a run below it that has not converged is doubled.
 
     Args:
         systems: names from :data:`SYSTEMS`.
@@ -126,7 +126,10 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
             ``cpu_scale``, ``min_duration``, ``num_requests``, the groups, ``tokenizer``); their
             outcomes are reused, not simulated again.
         return_points: also return the :func:`simulate_point` rows simulated here (the knee of
-            each curve, for the figure; runs past the largest threshold stopped early).
+            each curve, for the figure; runs past ``latency_cap`` stopped early).
+        latency_cap: s/token at or above the largest threshold; None: the largest threshold. A search at
+            one threshold with a higher cap still runs (and doubles until converged) the points between
+            the two, as a search with every threshold of :data:`THRESHOLDS` does.
 
     Returns:
         One row per (model, trace, system, threshold): the settings, ``sustained_rate``
@@ -146,6 +149,8 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
     thresholds = tuple(thresholds)
     if not thresholds or min(thresholds) <= 0:
         raise ValueError(f"thresholds must be positive s/token values, got {thresholds}")
+    if latency_cap is not None and not latency_cap >= max(thresholds):
+        raise ValueError(f"latency_cap must be at least the largest threshold {max(thresholds)}, got {latency_cap}")
     systems = as_names("systems", systems)
     models = as_names("model", model)
     traces = as_names("trace", trace)
@@ -159,7 +164,7 @@ def sustained_rate(systems, *, model: str | list[str] = "opt-13b", trace: str | 
                         min_duration=math.nan if num_requests is not None else floor,
                         num_requests=num_requests, **groups, tokenizer=tokenizer)
         jobs.append(dict(system=s, settings=settings, thresholds=thresholds, rel_tol=rel_tol, lo=lo, known=known,
-                         saturated_requests=saturated_requests, probes=tuple(probes)))
+                         saturated_requests=saturated_requests, probes=tuple(probes), latency_cap=latency_cap))
     results = run_jobs(_sustained, jobs, workers=workers, desc="sustained rate")
     table = pd.DataFrame([r for rows, _ in results for r in rows])
     if return_points:

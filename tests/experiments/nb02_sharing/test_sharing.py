@@ -106,3 +106,28 @@ def test_fig16_curves_and_the_caching_point():
         assert {round(0.5 * top, 4), top} <= set(oracle["rate"])  # a whole curve at fractions of paged's rate
     with pytest.raises(ValueError, match="curves must name labels"):
         sharing.shared_prefix_sweep(rates, curves=("paged",), num_requests=10)
+
+
+def test_the_searches_go_on_to_notebook_03s_cap_and_the_prefix_notes():
+    from paged.experiments.serving import THRESHOLDS
+
+    assert sharing.SEARCH_LATENCY_CAP == max(THRESHOLDS) == 0.5
+    assert sharing.prefix_block_note(80, 16) == "80 tokens are exactly 5 16-token blocks: no request copies a prefix block"
+    assert sharing.prefix_block_note(79, 16).startswith("79 tokens are 4 full 16-token blocks and 15 tokens in a partly")
+
+
+def test_fig16_with_the_papers_prefix_lengths_and_the_decode_bounds_of_fig14():
+    from paged.experiments.nb02_sharing.decode_bounds import MAX_NUM_SEQS, decode_bounds
+
+    systems = [s for s in sharing.FIG16_SYSTEMS if not s[2]]
+    alt = sharing.shared_prefix_rates(num_requests=120, saturated_requests=300, rel_tol=0.2, workers=1,
+                                      traces={"1-shot": "wmt16-1shot-paper-prefix"}, systems=systems)
+    assert list(alt["trace"]) == ["wmt16-1shot-paper-prefix"] * 2 and list(alt["system"]) == [s[0] for s in systems]
+    assert alt.set_index("system").loc["orca-oracle", "over_oracle"] == 1.0
+    rates = pd.DataFrame([{"decoding": "beam", "width": 2, "system": s, "sustained_rate": r}
+                          for s, r in (("paged", 8.0), ("orca-oracle", 4.0))])
+    bounds = decode_bounds(rates, [("beam", 2)], num_requests=80, workers=1).set_index("system")
+    assert set(bounds.index) == {"paged", "orca-oracle"}
+    for system, row in bounds.iterrows():
+        assert 0 < row["decode_batch"] <= row["max_decode_batch"] <= MAX_NUM_SEQS and row["ms_per_decode"] > 0
+        assert 0 <= row["compute_bound_share"] <= 1

@@ -70,3 +70,22 @@ def test_the_sustained_rate_from_points_ends_as_the_bisection_does():
     known.loc[known["rate"] == math.inf, "min_duration"] = math.nan
     rows, simulated = _sustained("paged", settings, (0.2,), 0.1, 1e-3, known, 100)
     assert not simulated and (ours, peak) == (rows[0]["sustained_rate"], rows[0]["throughput_rps"]) == (3.5, 4.2)
+
+
+def test_fig13_leads_with_the_fig11_trace_and_fig17_gives_the_memory_bound_when_the_figures_hold_them(tmp_path):
+    figures = tmp_path / "figures"
+    shutil.copytree(ROOT / "figures", figures, ignore=shutil.ignore_patterns("*.png", "*.pdf"))
+    fig13 = pd.read_csv(figures / "fig13_batched_requests.csv")
+    ours = fig13[(fig13["trace"] == "sharegpt") & (fig13["load"] == "paper")]
+    fig11 = pd.concat([ours.assign(trace="sharegpt-fig11", load="paper (Fig. 11 means)"),
+                       ours.assign(trace="sharegpt-fig11", load="paged's knee (Fig. 11 means)", rate=3.25,
+                                   avg_decode_batched_requests=ours["avg_decode_batched_requests"] + 10)])
+    pd.concat([fig11, fig13]).to_csv(figures / "fig13_batched_requests.csv", index=False)
+    pd.DataFrame({"system": ["paged", "orca-oracle", "orca-pow2", "orca-max"],
+                  "requests_that_fit": [14.2, 8.7, 8.35, 7.68]}).to_csv(figures / "fig17_kv_footprint.csv", index=False)
+    table = claims.claims_table(figures)
+    line13 = next(line for line in table.splitlines() if "(figures/fig13_batched_requests.png)" in line)
+    assert "| Fig. 11 lengths: 19.8, 15.5, 10.5, 7.0 (knee 3.25: 29.8, 25.5, 20.5, 17.0); ours at knee 2.89:" in line13
+    line17 = next(line for line in table.splitlines() if "(figures/fig17_chatbot.png)" in line)
+    assert line17.endswith("; memory allows ≤ 1.63, 1.70, 1.85× |")
+    assert "| 2×; curves 1.25–1.45× (by eye) |" in line17

@@ -137,3 +137,22 @@ def test_a_failing_probe_only_lowers_the_bracket(linear_latency):
     out = serving.sustained_rate(["paged"], thresholds=(0.2,), rel_tol=0.03, workers=1, probes=(0.98,))
     assert calls[1] == ("paged", 0.98 * 8.0)
     assert 2.0 * 0.97 <= out.loc[0, "sustained_rate"] <= 2.0 and not out.loc[0, "at_throughput"]
+
+
+def test_a_latency_cap_above_the_threshold_lets_runs_go_on_to_it(linear_latency, monkeypatch):
+    caps = []
+
+    def fake(model, trace, system, rate, *args, latency_cap=None, **kwargs):
+        caps.append(latency_cap)
+        if math.isinf(rate):
+            return {"throughput_rps": 8.0, "rate": rate}
+        return {"normalized_latency": 0.1 * rate, "converged": True}
+
+    monkeypatch.setattr(sustained, "simulate_point", fake)
+    serving.sustained_rate(["paged"], thresholds=(0.2,), workers=1)
+    assert set(caps[1:]) == {0.2}  # the saturated run has no cap; the search's runs stop at the threshold
+    caps.clear()
+    out = serving.sustained_rate(["paged"], thresholds=(0.2,), workers=1, latency_cap=0.5)
+    assert set(caps[1:]) == {0.5} and 2.0 * 0.97 <= out.loc[0, "sustained_rate"] <= 2.0  # same answer
+    with pytest.raises(ValueError, match="latency_cap must be at least the largest threshold"):
+        serving.sustained_rate(["paged"], thresholds=(0.2, 0.5), workers=1, latency_cap=0.3)
