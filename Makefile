@@ -1,5 +1,6 @@
 # PagedAttention reproduction. `make help` lists the targets.
-# Every target that needs Python creates .venv on first use (python3 -m venv + pip install -e ".[dev]").
+# Every target that needs Python creates .venv on first use (python3 -m venv + pip install -e ".[dev]", with
+# constraints.txt: the versions that make the figure files byte-identical).
 
 PYTHON ?= python3
 VENV := .venv
@@ -34,10 +35,10 @@ SHARED ?= ../shared/data
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	@touch $@
 
 venv: $(STAMP) ## Create .venv and install the project with its dev extra

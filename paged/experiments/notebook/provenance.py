@@ -41,7 +41,7 @@ RUN_ENV = "PAGED_RUN"
 #: The folder of the package ``paged`` (a checkout's ``paged/`` or an installed one).
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 #: Distributions whose versions shape the numbers or the bytes of the figure files.
-FIGURE_PACKAGES = ("paged", "numpy", "pandas", "matplotlib", "seaborn", "fonttools", "pillow", "kiwisolver",
+FIGURE_PACKAGES = ("paged", "numpy", "pandas", "matplotlib", "seaborn", "fonttools", "pillow", "kiwisolver", "cycler",
                    "contourpy", "pyparsing", "torch", "triton", "transformers", "tokenizers", "tiktoken", "datasets",
                    "joblib", "papermill", "nbformat", "nbconvert", "ipykernel", "ipywidgets")
 
