@@ -173,14 +173,18 @@ return panel.content.widgets.map((cell, index) => {
           img_natural: img ? +(img.getAttribute('width') || img.naturalWidth) : 0};
 }).filter(c => c);
 """
+def _blocks(n: int) -> str:
+    return f"{n} block{'s' * (n != 1)}"
+
+
 #: What a redrawn figure must say for the controls' readouts (cell order of the tour: reservation,
 #: pages, block tables, sharing, batch, scheduler); ``v`` maps a control's description to its readout.
 _SAYS = {
     "tour_reservation": lambda v: f"{int(v['prompt tokens']) + int(v['answer tokens actually generated'])} tokens in a",
-    "tour_pages": lambda v: f"{v['tokens generated']} tokens in {-(-int(v['tokens generated']) // int(v['block size (tokens)']))} "
-                            f"blocks of {v['block size (tokens)']}",
+    "tour_pages": lambda v: f"{v['tokens generated']} tokens in {_blocks(-(-int(v['tokens generated']) // int(v['block size (tokens)'])))} "
+                            f"of {v['block size (tokens)']}",
     "tour_block_table": lambda v: f"logical {-(-7 // int(v['block size (words)'])) - 1}" if v["request"] == "0" else "logical 0",
-    "tour_sharing": lambda v: "blocks used instead of",
+    "tour_sharing": lambda v: "used instead of",
     "tour_batch": lambda v: f"{v['requests at once']} requests:",
     "tour_scheduler": lambda v: f"{v['system']}, step {v['step']} (",
 }

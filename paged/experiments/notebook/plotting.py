@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -52,7 +53,8 @@ from paged.atomic import atomic_path  # noqa: E402
 from paged.experiments.notebook.manifest import FIGURE_METADATA_KEY  # noqa: E402
 from paged.experiments.notebook.provenance import FILE_RC, FONT_FAMILY, pinned_font  # noqa: E402
 
-__all__ = ["use_style", "pinned_font", "FONT_FAMILY", "FILE_RC", "SavedFigure", "save_figure", "title_figure", "figure_title", "mark_computed", "show_figure",
+__all__ = ["use_style", "pinned_font", "FONT_FAMILY", "FILE_RC", "SavedFigure", "save_figure", "plain_log_ticks",
+           "plain_number", "integer_ticks", "title_figure", "figure_title", "mark_computed", "show_figure",
            "figure_png", "figure_metadata", "in_kernel", "SYSTEM_COLORS", "COMPUTED_LABEL", "FIGURE_METADATA_KEY"]
 
 #: One colour per serving system, the same in every figure.
@@ -140,6 +142,34 @@ def mark_computed(ax, artists, label: str = COMPUTED_LABEL) -> list:
     return artists
 
 
+def plain_number(value: float) -> str:
+    """A tick value as people write it: ``0.05``, ``2``, ``64``, ``1,024`` (never ``2×10⁰``)."""
+    return f"{value:,.6g}".replace("-", "\u2212")
+
+
+def plain_log_ticks(axis) -> None:
+    """Label a log-scale ``axis`` (``ax.xaxis``, ``ax.yaxis``) with plain numbers: the ticks
+    matplotlib's log formatter would label (powers of the base, and on a short range some of the
+    ticks between them), written ``0.5``, ``2``, ``1,024`` instead of ``5×10⁻¹``, ``2^{1}`` or
+    ``2×10⁰``. Call it after setting the scale."""
+    from matplotlib.ticker import LogFormatter
+
+    class PlainLogFormatter(LogFormatter):
+        def __call__(self, x, pos=None):
+            return plain_number(x) if super().__call__(x, pos) else ""
+
+    base = axis.get_transform().base
+    axis.set_major_formatter(PlainLogFormatter(base=base))
+    axis.set_minor_formatter(PlainLogFormatter(base=base))
+
+
+def integer_ticks(axis) -> None:
+    """Ticks at whole numbers only on ``axis`` (a count: requests, blocks, beam widths, rounds)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
 def figure_png(fig: Figure) -> bytes:
     """``fig`` as PNG bytes, with the same fixed metadata as the saved files."""
     buffer = io.BytesIO()
@@ -189,7 +219,10 @@ def save_figure(fig: Figure, data: pd.DataFrame, name: str, output_dir: str | Pa
 
     Metadata that would change between runs (creation dates, software versions in PNG text)
     is fixed or dropped, and the font is pinned (:func:`use_style`), so identical inputs give
-    identical bytes. The three files and the entry in ``output_dir/MANIFEST.json`` (name, claim,
+    identical bytes. A layout a paper would not print (text over text, scientific-notation ticks
+    on a log axis, fractional ticks on a count axis, a legend over data:
+    :func:`paged.experiments.notebook.figure_check.figure_problems`) is warned about
+    (``FigureProblemWarning``), once per problem. The three files and the entry in ``output_dir/MANIFEST.json`` (name, claim,
     the notebook's parameters, what ran it, code and environment digests, the files' SHA-256)
     change together (:mod:`paged.experiments.notebook.figure_set`): an interrupted save leaves the
     old set and its entry, or the new set and its entry. When a runner
@@ -214,6 +247,7 @@ def save_figure(fig: Figure, data: pd.DataFrame, name: str, output_dir: str | Pa
         ValueError: if ``name`` is empty or contains a path separator, or the claim is not one line.
     """
     from paged.experiments.notebook import figure_set
+    from paged.experiments.notebook.figure_check import FigureProblemWarning, figure_problems
     from paged.experiments.notebook.parameters import checked_parameters
     from paged.experiments.notebook.provenance import run_context
 
@@ -221,6 +255,8 @@ def save_figure(fig: Figure, data: pd.DataFrame, name: str, output_dir: str | Pa
         raise ValueError(f"figure name must be a plain file stem, got {name!r}")
     if claim is not None:
         title_figure(fig, claim, number, section=section)
+    for problem in figure_problems(fig):  # a layout a paper would not print: warn (stderr in a notebook)
+        warnings.warn(f"figure {name}: {problem}", FigureProblemWarning, stacklevel=2)
     out = Path(output_dir)
     context = run_context()
     by_runner = bool(context and context.get("staging") and _same_folder(out, context.get("target")))
