@@ -167,7 +167,7 @@ def integer_ticks(axis) -> None:
     """Ticks at whole numbers only on ``axis`` (a count: requests, blocks, beam widths, rounds)."""
     from matplotlib.ticker import MaxNLocator
 
-    axis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one value alone still gets a whole tick
 
 
 def figure_png(fig: Figure) -> bytes:
