@@ -29,7 +29,7 @@ import os
 import platform
 import zlib
 from functools import lru_cache
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 
 __all__ = ["RUN_ENV", "PACKAGE_ROOT", "code_dependencies", "data_digest", "environment", "environment_digest",
@@ -197,11 +197,12 @@ def code_dependencies(notebook: str | Path) -> dict[str, str]:
 
 
 def _data_root() -> Path | None:
+    from paged.workloads.package_data import data_root
+
     try:
-        return Path(str(resources.files("paged.data")))
-    except ModuleNotFoundError:  # the source folder without installation: the checkout's data/
-        root = PACKAGE_ROOT.parent / "data"
-        return root if root.is_dir() else None
+        return data_root()
+    except FileNotFoundError:
+        return None
 
 
 def data_digest() -> str | None:
