@@ -182,7 +182,7 @@ def plot_waste_vs_block_size(table: pd.DataFrame):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from paged.experiments.notebook.plotting import plain_log_ticks
+    from paged.experiments.notebook.ticks import plain_log_ticks
 
     data = table.assign(allocated_unused_percent=100 * (table["reservation"] + table["internal"]))
     fig, ax = plt.subplots(figsize=(6, 3.2))

@@ -52,6 +52,7 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine  # noqa: E402
 from paged.atomic import atomic_path  # noqa: E402
 from paged.experiments.notebook.manifest import FIGURE_METADATA_KEY  # noqa: E402
 from paged.experiments.notebook.provenance import FILE_RC, FONT_FAMILY, pinned_font  # noqa: E402
+from paged.experiments.notebook.ticks import integer_ticks, plain_log_ticks, plain_number  # noqa: E402
 
 __all__ = ["use_style", "pinned_font", "FONT_FAMILY", "FILE_RC", "SavedFigure", "save_figure", "plain_log_ticks",
            "plain_number", "integer_ticks", "title_figure", "figure_title", "mark_computed", "show_figure",
@@ -140,34 +141,6 @@ def mark_computed(ax, artists, label: str = COMPUTED_LABEL) -> list:
         handles.append(Patch(facecolor="white", edgecolor="0.25", hatch=_COMPUTED_HATCH, label=label))
         ax.legend(handles=handles, fontsize=8)
     return artists
-
-
-def plain_number(value: float) -> str:
-    """A tick value as people write it: ``0.05``, ``2``, ``64``, ``1,024`` (never ``2×10⁰``)."""
-    return f"{value:,.6g}".replace("-", "\u2212")
-
-
-def plain_log_ticks(axis) -> None:
-    """Label a log-scale ``axis`` (``ax.xaxis``, ``ax.yaxis``) with plain numbers: the ticks
-    matplotlib's log formatter would label (powers of the base, and on a short range some of the
-    ticks between them), written ``0.5``, ``2``, ``1,024`` instead of ``5×10⁻¹``, ``2^{1}`` or
-    ``2×10⁰``. Call it after setting the scale."""
-    from matplotlib.ticker import LogFormatter
-
-    class PlainLogFormatter(LogFormatter):
-        def __call__(self, x, pos=None):
-            return plain_number(x) if super().__call__(x, pos) else ""
-
-    base = axis.get_transform().base
-    axis.set_major_formatter(PlainLogFormatter(base=base))
-    axis.set_minor_formatter(PlainLogFormatter(base=base))
-
-
-def integer_ticks(axis) -> None:
-    """Ticks at whole numbers only on ``axis`` (a count: requests, blocks, beam widths, rounds)."""
-    from matplotlib.ticker import MaxNLocator
-
-    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # one value alone still gets a whole tick
 
 
 def figure_png(fig: Figure) -> bytes:
