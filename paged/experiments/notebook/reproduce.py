@@ -74,7 +74,7 @@ def _reasons(notebook: Path, figures: Path, executed: Path, manifest: dict, curr
     name, reasons = notebook.stem, []
     record = manifest["notebooks"].get(name)
     if record is None:
-        return [f"{figures}/{'MANIFEST.json'} has no run of it by make reproduce"]
+        return [f"{figures}/MANIFEST.json has no run of it by make reproduce"]
     if record.get("fingerprint") != current["fingerprint"]:
         code = _changed_code(record.get("code", {}), current["code"])
         if code:
