@@ -98,7 +98,7 @@ def _controls_bundle(box, controls: dict) -> dict:
     their values instead of the widget's ``HBox(children=(IntSlider(...`` repr."""
     bundle = box._repr_mimebundle_()  # IPython's display protocol: {"application/vnd.jupyter.widget-view+json", "text/plain"}
     values = ", ".join(f"{control.description} = {control.value}" for control in controls.values())
-    bundle["text/plain"] = f"Sliders (move them with a running kernel): {values}. The figure below is drawn at these values."
+    bundle["text/plain"] = f"Controls (live with a running kernel): {values}. The figure below is drawn at these values."
     return bundle
 
 
