@@ -280,3 +280,29 @@ def test_tour_runs_its_controls_are_usable_and_a_dragged_slider_redraws_its_figu
         assert "without encryption" not in (tmp / "lab.log").read_text()
     finally:
         driver.quit()
+
+
+def test_an_executed_tour_reads_without_running_it(lab):
+    """The tour as make reproduce saves it, opened in JupyterLab and not run: its six figures are on
+    the page, and no control shows as a raw widget repr or an error."""
+    from selenium.webdriver.common.by import By
+
+    from paged.experiments.notebook.execute import run_notebook
+
+    url, token, tmp = lab
+    run_notebook(ROOT / "notebooks" / "00_tour.ipynb", tmp / "notebooks" / "executed_tour.ipynb",
+                 {"sched_num_requests": 6}, figures=tmp / "figures")
+    driver = _browser(tmp / "chromium-profile-executed")
+    try:
+        driver.get(f"{url}/lab/tree/executed_tour.ipynb?token={token}")
+        count = "return document.querySelectorAll('.jp-OutputArea-output img').length;"
+        _wait(driver, "the saved figures", lambda: driver.execute_script(count) >= 6, 120)
+        time.sleep(1.0)  # the widget outputs render after the images
+        text = driver.find_element(By.TAG_NAME, "body").text
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "executed_tour.png"))
+        assert driver.execute_script(count) == 6
+        assert "HBox(children" not in text and "IntSlider(" not in text
+        assert "Error displaying widget" not in text
+    finally:
+        driver.quit()
