@@ -95,7 +95,7 @@ OPTIONS = [
     ("sweep-notebook", "--workers", BAD_POSITIVE_INT),
     ("sweep-notebook", "--backend", _WORDS),
     ("claims", "--figures", _WORDS),
-    ("manifest", "--notebooks", _WORDS),
+    ("manifest", "--figures", _WORDS),
     ("report", "--notebooks", _WORDS),
 ]
 _NEEDS = {"sweep-notebook": ["notebooks/01_fragmentation.ipynb", "--grid", "{block_size: [8]}", "--out", "OUT"],
@@ -228,16 +228,21 @@ def test_claims_names_an_empty_or_partial_csv(content, problem, figures, tmp_pat
 
 @settings(max_examples=30, **SETTINGS)
 @given(content=st.one_of(JSON_VALUES.map(json.dumps), st.text(max_size=30), BINARY),
-       command=st.sampled_from(["report", "manifest", "sweep-notebook"]))
+       command=st.sampled_from(["report", "sweep-notebook"]))
 def test_a_bad_notebook_file_is_one_error_line_naming_it(content, command, tmp_path):
     folder = tmp_path / "nbs"
     folder.mkdir(exist_ok=True)
     path = _file(folder, "bad.ipynb", content)
     argv = {"report": ["report", "--notebooks", str(folder), "--out", str(tmp_path / "r.html")],
-            "manifest": ["manifest", "--notebooks", str(folder), "--figures", str(tmp_path)],
             "sweep-notebook": ["sweep-notebook", str(path), "--grid", "{x: [1]}", "--out", str(tmp_path / "o")]}[command]
     assert_one_error_line(argv, names=str(path))
     assert not (tmp_path / "o").exists() and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("content", ["garbage{", "[1]", '{"figures": 3}', b"\xff\xfe"])
+def test_a_manifest_that_is_not_one_is_one_error_line_naming_it(content, tmp_path):
+    path = _file(tmp_path, "MANIFEST.json", content)
+    assert_one_error_line(["manifest", "--figures", str(tmp_path)], names=str(path))
 
 
 @settings(max_examples=30, **SETTINGS)

@@ -145,12 +145,14 @@ def get_deployment(model: str | os.PathLike | ModelSpec, gpu: str | None = None,
             and KV heads, a model that is not a preset given without a GPU, or a ``max_seq_len``
             beyond the model's positions not allowed explicitly.
     """
+    named_gpu = None
     if isinstance(model, str) and "@" in model:
+        name = model
         model, named_gpu, named_tp, named_len, named_long = _parse(model)
         allow_long_max_seq_len = allow_long_max_seq_len or named_long
         for what, given, named in (("gpu", gpu, named_gpu), ("tp", tp, named_tp), ("max_seq_len", max_seq_len, named_len)):
             if given is not None and named is not None and str(given).lower() != str(named):
-                raise ValueError(f"{what} given twice: {given!r} and {named!r} in the deployment name")
+                raise ValueError(f"{what} given twice: {given!r} and {named!r} in the deployment name {name!r}")
         gpu, tp, max_seq_len = gpu or named_gpu, tp if tp is not None else named_tp, max_seq_len or named_len
     if gpu is None:
         if tp is not None or max_seq_len is not None:
@@ -167,7 +169,10 @@ def get_deployment(model: str | os.PathLike | ModelSpec, gpu: str | None = None,
             raise ValueError(f"{model!r} has no Table 1 server: name a gpu (a100-40gb, a100-80gb, h100-sxm, h200, "
                              "l4) and a tensor-parallel degree") from None
         return None
-    gpu_spec = get_gpu(gpu)
+    try:
+        gpu_spec = get_gpu(gpu)
+    except ValueError as err:  # a GPU named inside a deployment name: say which name
+        raise ValueError(f"{err} (in the deployment name {name!r})" if named_gpu else str(err)) from None
     tp = 1 if tp is None else tp
     if isinstance(tp, bool) or not isinstance(tp, numbers.Integral) or tp < 1:
         raise ValueError(f"tp must be an integer ≥ 1 (GPUs), got {tp!r}")

@@ -164,16 +164,17 @@ def spec_from_hf_config(name: str, config, max_seq_len: int | None = None, sourc
     layers = _int(config, "num_hidden_layers", source)
     heads = _int(config, "num_attention_heads", source)
     vocab = _int(config, "vocab_size", source)
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    def optional(field: str, default: int) -> int:  # a field a config may leave out, checked where it is given
+        return default if getattr(config, field, None) is None else _int(config, field, source)
+
+    kv_heads = optional("num_key_value_heads", heads)
     if heads % kv_heads:
         raise ValueError(f"{source}: {heads} attention heads do not split into groups of {kv_heads} KV heads")
-    head = getattr(config, "head_dim", None)
-    if head is None:
-        if hidden % heads:
-            raise ValueError(f"{source}: hidden_size={hidden} does not split into {heads} attention heads")
-        head = hidden // heads
+    if getattr(config, "head_dim", None) is None and hidden % heads:
+        raise ValueError(f"{source}: hidden_size={hidden} does not split into {heads} attention heads")
+    head = optional("head_dim", hidden // heads)
     if family.intermediate is None:  # GPT-2 / GPT-J: n_inner, or 4 × hidden when unset
-        inter = getattr(config, "n_inner", None) or 4 * hidden
+        inter = optional("n_inner", 4 * hidden)
     else:
         inter = _int(config, family.intermediate, source)
     dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float16"

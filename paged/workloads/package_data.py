@@ -1,6 +1,10 @@
 """The package data ``paged.data`` (the project's ``data/`` folder): committed traces and files.
 
-Read through :mod:`importlib.resources`, so a wheel install finds them with no checkout around.
+Read through :mod:`importlib.resources`, so a wheel install finds them with no checkout around. Where
+``paged`` is imported from a checkout's source folder that was not installed (Python puts the
+working folder first on its path: a kernel or script started in a clone's root imports ``./paged``
+even when the wheel is installed), ``paged.data`` does not exist and the checkout's ``data/`` beside
+``paged/`` is read instead.
 """
 
 from __future__ import annotations
@@ -8,7 +12,23 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["counted_file_name", "data_path"]
+__all__ = ["counted_file_name", "data_path", "data_root"]
+
+
+def data_root() -> Path:
+    """The folder of the package data (module docstring).
+
+    Raises:
+        FileNotFoundError: neither ``paged.data`` nor a checkout's ``data/`` is there.
+    """
+    try:
+        return Path(str(resources.files("paged.data")))
+    except ModuleNotFoundError:  # the source folder, not installed: its checkout's data/
+        root = Path(__file__).resolve().parents[2] / "data"
+        if not root.is_dir():
+            raise FileNotFoundError(f"no package data: paged.data is not installed and {root} does not exist "
+                                    "(pip install the project, or run from a checkout)") from None
+        return root
 
 
 def data_path(name: str) -> Path:
@@ -17,7 +37,7 @@ def data_path(name: str) -> Path:
     Raises:
         FileNotFoundError: naming the file, if the package data does not hold it.
     """
-    path = Path(str(resources.files("paged.data").joinpath(name)))
+    path = data_root() / name
     if not path.exists():
         raise FileNotFoundError(f"package data file {name!r} not found (looked for {path})")
     return path

@@ -173,14 +173,18 @@ return panel.content.widgets.map((cell, index) => {
           img_natural: img ? +(img.getAttribute('width') || img.naturalWidth) : 0};
 }).filter(c => c);
 """
+def _blocks(n: int) -> str:
+    return f"{n} block{'s' * (n != 1)}"
+
+
 #: What a redrawn figure must say for the controls' readouts (cell order of the tour: reservation,
 #: pages, block tables, sharing, batch, scheduler); ``v`` maps a control's description to its readout.
 _SAYS = {
     "tour_reservation": lambda v: f"{int(v['prompt tokens']) + int(v['answer tokens actually generated'])} tokens in a",
-    "tour_pages": lambda v: f"{v['tokens generated']} tokens in {-(-int(v['tokens generated']) // int(v['block size (tokens)']))} "
-                            f"blocks of {v['block size (tokens)']}",
+    "tour_pages": lambda v: f"{v['tokens generated']} tokens in {_blocks(-(-int(v['tokens generated']) // int(v['block size (tokens)'])))} "
+                            f"of {v['block size (tokens)']}",
     "tour_block_table": lambda v: f"logical {-(-7 // int(v['block size (words)'])) - 1}" if v["request"] == "0" else "logical 0",
-    "tour_sharing": lambda v: "blocks used instead of",
+    "tour_sharing": lambda v: "used instead of",
     "tour_batch": lambda v: f"{v['requests at once']} requests:",
     "tour_scheduler": lambda v: f"{v['system']}, step {v['step']} (",
 }
@@ -274,5 +278,31 @@ def test_tour_runs_its_controls_are_usable_and_a_dragged_slider_redraws_its_figu
         assert driver.execute_script(_STATE)["errors"] == []
         # make lab's kernels connect with CurveZMQ keys: no "running over TCP without encryption" warning
         assert "without encryption" not in (tmp / "lab.log").read_text()
+    finally:
+        driver.quit()
+
+
+def test_an_executed_tour_reads_without_running_it(lab):
+    """The tour as make reproduce saves it, opened in JupyterLab and not run: its six figures are on
+    the page, and no control shows as a raw widget repr or an error."""
+    from selenium.webdriver.common.by import By
+
+    from paged.experiments.notebook.execute import run_notebook
+
+    url, token, tmp = lab
+    run_notebook(ROOT / "notebooks" / "00_tour.ipynb", tmp / "notebooks" / "executed_tour.ipynb",
+                 {"sched_num_requests": 6}, figures=tmp / "figures")
+    driver = _browser(tmp / "chromium-profile-executed")
+    try:
+        driver.get(f"{url}/lab/tree/executed_tour.ipynb?token={token}")
+        count = "return document.querySelectorAll('.jp-OutputArea-output img').length;"
+        _wait(driver, "the saved figures", lambda: driver.execute_script(count) >= 6, 120)
+        time.sleep(1.0)  # the widget outputs render after the images
+        text = driver.find_element(By.TAG_NAME, "body").text
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "executed_tour.png"))
+        assert driver.execute_script(count) == 6
+        assert "HBox(children" not in text and "IntSlider(" not in text
+        assert "Error displaying widget" not in text
     finally:
         driver.quit()

@@ -69,8 +69,9 @@ def explore(render, controls: dict, *, name: str, output_dir, claim: str, number
     values = {key: control.value for key, control in controls.items()}
     fig, data = render(**values)
     paths = save_figure(fig, data, name, output_dir, number=number, claim=claim, section=section, show=False)
-    state = Explorer(controls, paths["png"].read_bytes(), data)
-    display(widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap")))
+    state = Explorer(controls, paths.png_bytes, data)
+    box = widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap"))
+    display(_controls_bundle(box, controls), raw=True)
     state.handle = show_figure(state.png, metadata=figure_metadata(name, paths, number, claim, section, explorer=True))
 
     def redraw(_change=None):
@@ -89,6 +90,16 @@ def explore(render, controls: dict, *, name: str, output_dir, claim: str, number
     for control in controls.values():
         control.observe(redraw, names="value")
     return state
+
+
+def _controls_bundle(box, controls: dict) -> dict:
+    """The display bundle of the controls ``box``: the live widget where a kernel runs, and as text
+    (what a viewer without one shows: JupyterLab opening a saved notebook, GitHub) the controls and
+    their values instead of the widget's ``HBox(children=(IntSlider(...`` repr."""
+    bundle = box._repr_mimebundle_()  # IPython's display protocol: {"application/vnd.jupyter.widget-view+json", "text/plain"}
+    values = ", ".join(f"{control.description} = {control.value}" for control in controls.values())
+    bundle["text/plain"] = f"Controls (live with a running kernel): {values}. The figure below is drawn at these values."
+    return bundle
 
 
 #: The largest value an explorer takes (tokens, slots): its figures draw every slot.

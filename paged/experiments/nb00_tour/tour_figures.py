@@ -92,9 +92,14 @@ def draw_pages(view) -> Figure:
                 va="top", fontsize=8, linespacing=1.1)
     tokens, empty = int(view["filled"].sum()), int(len(view) * block_size - view["filled"].sum())
     _blank(ax, (-0.2, max(width, 6.0 / _SLOT_IN - 1)), (-(rows - 1) * row_height - 1.9, 1.8))
-    ax.text(0, 1.3, f"{tokens} tokens in {len(view)} blocks of {block_size}: {empty} empty slot(s), all in the last block",
-            fontsize=9)
+    ax.text(0, 1.3, f"{_count(tokens, 'token')} in {_count(len(view), 'block')} of {block_size}: "
+                     f"{_count(empty, 'empty slot')}" + (", all in the last block" if empty else ""), fontsize=9)
     return fig
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``"1 block"``, ``"2 blocks"``: a number with its noun in the right number."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def draw_block_tables(view, request: int = 0) -> Figure:
@@ -142,8 +147,9 @@ def draw_sharing(view: dict) -> Figure:
         for i, block in enumerate(blocks):
             shared = view["ref_counts"][block] > 1
             _cell(ax, i, y, _PALETTE[0] if shared else _PALETTE[2], f"{block}", hatch="///" if block in copied else None)
-    ax.text(0, 2.95, f"{len(view['shared'])} shared block(s), {len(view['copies'])} copy-on-write, {view['blocks_used']} "
-                     f"blocks used instead of {view['blocks_without_sharing']} ({view['saved']} saved)", fontsize=9)
+    ax.text(0, 2.95, f"{_count(len(view['shared']), 'shared block')}, {_count(len(view['copies']), 'copy', 'copies')} "
+                     f"on write, {_count(view['blocks_used'], 'block')} used instead of {view['blocks_without_sharing']} "
+                     f"({view['saved']} saved)", fontsize=9)
     handles = [Rectangle((0, 0), 1, 1, facecolor=_PALETTE[0], edgecolor="0.3"),
                Rectangle((0, 0), 1, 1, facecolor=_PALETTE[2], edgecolor="0.3"),
                Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="0.3", hatch="///")]

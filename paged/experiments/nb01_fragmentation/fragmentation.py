@@ -142,8 +142,13 @@ def fig2_comparison(ours: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot_memory_breakdown(table: pd.DataFrame):
-    """Stacked horizontal bars of the four parts per system (Fig. 2). Returns the Figure."""
+def plot_memory_breakdown(table: pd.DataFrame, *, external_label: str = PART_LABELS["external"]):
+    """Stacked horizontal bars of the four parts per system (Fig. 2). Returns the Figure.
+
+    Args:
+        external_label: the legend's name for the free slots (the paper's "external fragmentation &
+            other"; "free" where memory does not bind and free slots are simply unused).
+    """
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -153,7 +158,8 @@ def plot_memory_breakdown(table: pd.DataFrame):
     left = [0.0] * len(systems)
     for part in PARTS:
         values = [100 * v for v in table[part]]
-        ax.barh(systems, values, left=left, color=colors[part], label=PART_LABELS[part])
+        ax.barh(systems, values, left=left, color=colors[part],
+                label=external_label if part == "external" else PART_LABELS[part])
         for y, (x0, v) in enumerate(zip(left, values)):
             if v >= 6:
                 ax.text(x0 + v / 2, y, f"{v:.1f}", ha="center", va="center", fontsize=8, color="white")
@@ -176,10 +182,13 @@ def plot_waste_vs_block_size(table: pd.DataFrame):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
+    from paged.experiments.notebook.ticks import plain_log_ticks
+
     data = table.assign(allocated_unused_percent=100 * (table["reservation"] + table["internal"]))
     fig, ax = plt.subplots(figsize=(6, 3.2))
     sns.lineplot(data=data, x="block_size", y="allocated_unused_percent", hue="trace", marker="o", ax=ax)
     ax.set_xscale("log", base=2)
+    plain_log_ticks(ax.xaxis)
     ax.set_xlabel("block size (tokens)")
     ax.set_ylabel("allocated, not holding tokens (%)")
     fig.tight_layout()

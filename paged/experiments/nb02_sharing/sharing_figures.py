@@ -14,7 +14,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from paged.experiments.notebook.paper import FIG15_SHARING_SAVED_PERCENT
-from paged.experiments.notebook.plotting import SYSTEM_COLORS
+from paged.experiments.notebook.plotting import SYSTEM_COLORS, integer_ticks
 from paged.experiments.serving import LATENCY_THRESHOLD
 
 __all__ = ["plot_fig14", "plot_fig15", "plot_fig16", "plot_prefix_caching"]
@@ -29,6 +29,11 @@ def _stopped_early(rows: pd.DataFrame):
     return rows["stopped_early"].astype("boolean").fillna(False).astype(bool)
 
 
+#: Line style and marker of a system whose curve may lie on another's (Fig. 16: prefix caching on the
+#: reserved prefix): dashed, with larger open square markers, drawn on top, so both stay visible.
+_OVERLAID = {"paged (prefix caching)": {"linestyle": "--", "marker": "s", "size": 8.0, "face": "none"}}
+
+
 def _latency_axes(ax, part: pd.DataFrame, systems, color_of, title: str) -> None:
     """One panel: each system's latency curve, filled markers where the run finished and open
     triangles at the lower bound of runs stopped at the curves' latency cap."""
@@ -36,9 +41,12 @@ def _latency_axes(ax, part: pd.DataFrame, systems, color_of, title: str) -> None
         rows = part[part["system"] == system].sort_values("rate")
         early = _stopped_early(rows)
         color = color_of(system)
-        ax.plot(rows["rate"], rows["normalized_latency"], color=color, label=system)
-        ax.plot(rows["rate"][~early], rows["normalized_latency"][~early], "o", color=color)
-        ax.plot(rows["rate"][early], rows["normalized_latency"][early], "^", color=color, markerfacecolor="white")
+        style = _OVERLAID.get(system, {"linestyle": "-", "marker": "o", "size": 6.0, "face": color})
+        z = 3 if system in _OVERLAID else 2
+        ax.plot(rows["rate"], rows["normalized_latency"], color=color, label=system, linestyle=style["linestyle"], zorder=z)
+        ax.plot(rows["rate"][~early], rows["normalized_latency"][~early], style["marker"], color=color,
+                markersize=style["size"], markerfacecolor=style["face"], markeredgewidth=1.5, zorder=z)
+        ax.plot(rows["rate"][early], rows["normalized_latency"][early], "^", color=color, markerfacecolor="white", zorder=z)
     ax.axhline(LATENCY_THRESHOLD, color="0.35", linestyle="--", linewidth=1)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -50,7 +58,9 @@ def _latency_axes(ax, part: pd.DataFrame, systems, color_of, title: str) -> None
 
 
 def _legend(fig, systems, color_of, early: bool = False) -> None:
-    handles = [Line2D([], [], color=color_of(s), marker="o", label=s) for s in systems]
+    handles = [Line2D([], [], color=color_of(s), marker=_OVERLAID.get(s, {}).get("marker", "o"),
+                      markerfacecolor=_OVERLAID.get(s, {}).get("face", color_of(s)),
+                      linestyle=_OVERLAID.get(s, {}).get("linestyle", "-"), label=s) for s in systems]
     handles.append(Line2D([], [], color="0.35", linestyle="--", label=f"{LATENCY_THRESHOLD:g} s/token (sustained)"))
     if early:  # only when the figure has such markers
         handles.append(Line2D([], [], color="0.3", marker="^", markerfacecolor="white", linestyle="",
@@ -104,8 +114,9 @@ def plot_fig15(saving: pd.DataFrame, engine: pd.DataFrame | None = None):
         ax.set_xlabel("n" if decoding == "parallel" else "beam width")
         ax.set_ylabel("KV blocks saved by sharing (%)")
         ax.set_ylim(0, 100)
-    axes[0][1].legend(loc="upper left", fontsize=8, frameon=False)
     fig.tight_layout()
+    fig.legend(*axes[0][1].get_legend_handles_labels(), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+               frameon=False)  # beside the panels: beam search's lines reach the top of their panel
     return fig
 
 
@@ -134,6 +145,7 @@ def plot_prefix_caching(demo: pd.DataFrame):
         for caching, part in demo.groupby("caching"):
             ax.plot(part["round"], part[column], marker="o", label="caching on" if caching else "caching off")
         ax.set_xlabel("round")
+        integer_ticks(ax.xaxis)
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
     axes[0].legend(frameon=False)

@@ -21,7 +21,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from paged.contiguous import BuddyAllocator, reservation_size
 from paged.experiments.nb03_throughput.throughput import BATCH_COUNTS, workload
 from paged.experiments.notebook.paper import FIG12_RATE_AXES, FIG13_BATCHED_REQUESTS
-from paged.experiments.notebook.plotting import SYSTEM_COLORS
+from paged.experiments.notebook.plotting import SYSTEM_COLORS, plain_log_ticks
 from paged.experiments.serving import LATENCY_THRESHOLD, SYSTEMS, WALL_TIME_COLUMNS
 from paged.sim.cost_model import PRESETS, get_cost_model
 
@@ -80,6 +80,7 @@ def plot_latency_vs_rate(points: pd.DataFrame, *, log: bool = False, ylim: tuple
     order = _system_order(finite["system"].unique())
     fig, axes = plt.subplots(len(traces), len(models), figsize=(3.6 * len(models), 2.9 * len(traces)),
                              squeeze=False)
+    paper_drawn = False
     for i, trace in enumerate(traces):
         for j, model in enumerate(models):
             ax = axes[i][j]
@@ -97,6 +98,7 @@ def plot_latency_vs_rate(points: pd.DataFrame, *, log: bool = False, ylim: tuple
             paper = axes_ranges.get((workload(trace), model))
             if paper is not None and not log:
                 ax.axvline(paper[1], color="0.55", linestyle="-.", linewidth=1)
+                paper_drawn = True
             if log:
                 ax.set_xscale("log")
                 ax.set_yscale("log")
@@ -116,7 +118,7 @@ def plot_latency_vs_rate(points: pd.DataFrame, *, log: bool = False, ylim: tuple
     handles.append(Line2D([], [], color="0.3", linestyle=":", label="saturated throughput (latency → ∞)"))
     if threshold is not None:
         handles.append(Line2D([], [], color="0.35", linestyle="--", label=f"{threshold:g} s/token"))
-    if not log:
+    if paper_drawn:  # a legend entry only for what the figure shows
         handles.append(Line2D([], [], color="0.55", linestyle="-.", label="end of the paper's axis"))
     early = "stopped_early" in finite and finite["stopped_early"].fillna(False).astype(bool).any()
     if early:  # only when the figure has such markers
@@ -131,14 +133,18 @@ def plot_sensitivity(ratios: pd.DataFrame, column: str):
     """Paged ÷ each baseline (``column`` of :func:`paged.experiments.nb03_throughput.throughput.ratio_table` rows with a
     ``cpu_scale`` column) vs the host-cost scale, one panel per trace."""
     panels = list(ratios.groupby("trace", sort=False))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2), squeeze=False)
     for ax, (trace, part) in zip(axes[0], panels):
         for baseline, line in part.groupby("baseline", sort=False):
             line = line.sort_values("cpu_scale")
             ax.plot(line["cpu_scale"], line[column], marker="o", label=baseline)
-        ax.set(xlabel="host (CPU) costs × sourced value", ylabel=f"sustained rate paged {column}", title=trace)
-        ax.legend(frameon=False, fontsize=8)
+        ax.axvline(1.0, color="0.55", linestyle=":", linewidth=1)  # the sourced host costs: the headline runs
+        ax.set_xticks(sorted(part["cpu_scale"].unique()))
+        ax.set(xlabel="host (CPU) costs × sourced value (dotted: 1×)", title=trace,
+               ylabel=f"paged ÷ baseline, sustained rate\n{column.removeprefix('÷ ')}")
     fig.tight_layout()
+    fig.legend(*axes[0][0].get_legend_handles_labels(), title="baseline", loc="center left", bbox_to_anchor=(1.0, 0.5),
+               frameon=False, fontsize=8)
     return fig
 
 
@@ -159,9 +165,12 @@ def plot_efficiency_sensitivity(df: pd.DataFrame, trace: str | None = None):
                 line = line.sort_values(x)
                 ax.plot(line[x], line["peak ÷"], marker="o", label=baseline)
             ax.set(xlabel=factor.replace("_", " "), ylabel="peak paged ÷ baseline", title=f"{model}, {trace}")
-            ax.set_yscale("log")
-    axes[0][0].legend(frameon=False, fontsize=7)
+            if df["peak ÷"].max() > 3 * df["peak ÷"].min():  # ratios far apart: log, labelled plainly
+                ax.set_yscale("log")
+                plain_log_ticks(ax.yaxis)
     fig.tight_layout()
+    fig.legend(*axes[0][0].get_legend_handles_labels(), title="baseline", loc="center left", bbox_to_anchor=(1.0, 0.5),
+               frameon=False, fontsize=8)
     return fig
 
 
@@ -198,6 +207,7 @@ def plot_vs_block_size(df: pd.DataFrame, hue: str = "trace", log_y: bool = True)
     """Normalized latency vs block size (Fig. 18b, 19b), one line per ``hue`` value; open triangles:
     runs stopped early (at their lower bound)."""
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    any_early = False
     for k, (value, part) in enumerate(df.groupby(hue, sort=False)):
         part = part.sort_values("block_size")
         color = f"C{k}"
@@ -206,13 +216,19 @@ def plot_vs_block_size(df: pd.DataFrame, hue: str = "trace", log_y: bool = True)
         ax.plot(part["block_size"], part["normalized_latency"], color=color, label=str(value))
         ax.plot(part["block_size"][~early], part["normalized_latency"][~early], "o", color=color)
         ax.plot(part["block_size"][early], part["normalized_latency"][early], "^", color=color, markerfacecolor="white")
+        any_early |= bool(early.any())
     ax.set_xscale("log", base=2)
+    plain_log_ticks(ax.xaxis)
     if log_y:
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        plain_log_ticks(ax.yaxis)
     ax.set_xlabel("block size (tokens)")
     ax.set_ylabel("normalized latency (s/token)")
-    ax.legend(frameon=False)
+    handles, labels = ax.get_legend_handles_labels()
+    if any_early:  # the open markers, explained
+        handles.append(Line2D([], [], color="0.3", marker="^", markerfacecolor="white", linestyle="",
+                              label="stopped at the latency cap (≥)"))
+    ax.legend(handles=handles, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     return fig
 
@@ -240,13 +256,16 @@ def plot_swap_recompute(micro: pd.DataFrame, e2e: pd.DataFrame):
                label=op)
     a.set(xscale="log", yscale="log", xlabel="block size (tokens)", ylabel="time (ms)", title="(a) microbenchmark")
     a.set_xscale("log", base=2)
+    plain_log_ticks(a.xaxis)
+    plain_log_ticks(a.yaxis)
     a.legend(frameon=False)
     for k, (mode, part) in enumerate(e2e.groupby("preemption", sort=False)):
         part = part.sort_values("block_size")
         b.plot(part["block_size"], part["normalized_latency"], marker="o", label=mode)
     b.set_xscale("log", base=2)
     b.set_yscale("log")
-    b.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    plain_log_ticks(b.xaxis)
+    plain_log_ticks(b.yaxis)
     b.set(xlabel="block size (tokens)", ylabel="normalized latency (s/token)", title="(b) end to end")
     b.legend(frameon=False)
     fig.tight_layout()

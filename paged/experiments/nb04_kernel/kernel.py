@@ -39,7 +39,7 @@ import torch
 from paged.kernels.cpu_kernel import load_kernel, paged_attention_cpu, plan_cpu_decode
 from paged.kernels.reference import contiguous_attention, gather_kv, paged_attention_torch
 from paged.experiments.notebook.paper import FIG18A_PAGED_OVER_CONTIGUOUS
-from paged.experiments.notebook.plotting import SYSTEM_COLORS
+from paged.experiments.notebook.plotting import SYSTEM_COLORS, plain_log_ticks
 
 __all__ = ["PEAK_HBM_GBPS", "ROOFLINE_GPUS", "ROOFLINE_COLUMNS", "PAPER_RATIO", "peak_bandwidth_gbps", "bytes_per_call",
            "roofline", "roofline_table",
@@ -351,6 +351,8 @@ def plot_fig18a(frame: pd.DataFrame):
     right.axhline(1.0, color="black", lw=0.8)
     right.set(xscale="log", xlabel="context length (tokens)", ylabel="paged / contiguous latency")
     right.legend(title="batch", fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    for axis in (left.xaxis, left.yaxis, right.xaxis):
+        plain_log_ticks(axis)
     fig.tight_layout()
     return fig
 

@@ -41,7 +41,7 @@ import torch
 
 from paged.engine import LLM, SamplingParams
 from paged.experiments.nb05_engine.hf_baselines import run_hf_generate_batch, run_hf_static
-from paged.experiments.notebook.plotting import SYSTEM_COLORS
+from paged.experiments.notebook.plotting import SYSTEM_COLORS, integer_ticks, plain_log_ticks
 from paged.systems import system_names
 from paged.workloads import data_path, get_trace
 
@@ -264,30 +264,33 @@ def plot_throughput(df: pd.DataFrame, num_requests: int, kv_cache_tokens: int):
     med = _medians(df)
     lo = df.groupby("system", sort=False)["tokens_per_s_ratio"].min()
     hi = df.groupby("system", sort=False)["tokens_per_s_ratio"].max()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     colors = [SYSTEM_COLORS.get(s, "0.4") for s in med.index]
     axes[0].bar(med.index, med["tokens_per_s_ratio"], color=colors,
                 yerr=[med["tokens_per_s_ratio"] - lo, hi - med["tokens_per_s_ratio"]], capsize=3)
-    axes[0].set_ylabel("tokens/s ÷ paged")
+    axes[0].set_ylabel("tokens/s ÷ paged's")
+    axes[0].set_title("throughput (median; bars: min–max of rounds)", fontsize=9)
     axes[1].bar(med.index, med["mean_batch_size"], color=colors)
-    axes[1].set_ylabel("mean decode batch (sequences)")
+    axes[1].set_ylabel("sequences")
+    axes[1].set_title("mean decode batch", fontsize=9)
     for ax in axes:
         ax.tick_params(axis="x", rotation=30)
-    rounds = df["round"].nunique()
-    fig.suptitle(f"{num_requests} ShareGPT-length requests, {kv_cache_tokens} KV slots, CPU, "
-                 f"{rounds} interleaved round{'s' * (rounds > 1)}")
-    fig.tight_layout()
+    fig.tight_layout()  # the title (requests, KV slots, rounds) is the caller's: save_figure's claim
     return fig
 
 
 def plot_step_cost(cost: pd.DataFrame):
-    """Decode tokens/s vs batch size (:func:`paged.experiments.nb05_engine.engine_profile.decode_step_cost` rows)."""
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.plot(cost["batch_size"], cost["tokens_per_s"], marker="o")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("decode batch size (sequences)")
-    ax.set_ylabel("tokens/s")
-    ax.set_title("Paged engine decode throughput vs batch, CPU")
+    """Decode step time (ms, left) and the tokens/s it gives (right) vs batch size
+    (:func:`paged.experiments.nb05_engine.engine_profile.decode_step_cost` rows)."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3.2))
+    a.plot(cost["batch_size"], 1e3 * cost["step_seconds"], marker="o")
+    a.set(ylabel="decode step time (ms)", title="time per step", ylim=(0, None))
+    b.plot(cost["batch_size"], cost["tokens_per_s"], marker="o")
+    b.set(ylabel="tokens/s", title="throughput (batch ÷ step time)", ylim=(0, None))
+    for ax in (a, b):
+        ax.set_xscale("log", base=2)
+        plain_log_ticks(ax.xaxis)
+        ax.set_xlabel("decode batch size (sequences)")
     fig.tight_layout()
     return fig
 
@@ -298,8 +301,10 @@ def plot_sharing(share: pd.DataFrame):
     for mode, part in share.groupby("mode"):
         ax.plot(part["width"], 100 * part["memory_saving"], marker="o", label=mode)
     ax.set_xlabel("samples n / beam width")
+    integer_ticks(ax.xaxis)
     ax.set_ylabel("KV blocks saved (%)")
-    ax.legend()
+    ax.set_ylim(0, None)
+    ax.legend(frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     return fig
 

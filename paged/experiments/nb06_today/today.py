@@ -361,15 +361,16 @@ def plot_gains(gains: pd.DataFrame):
     import numpy as np
     import seaborn as sns
 
-    labels = [f"{d}\n{t}" for d, t in zip(gains["deployment"], gains["trace"])]
+    few = len(gains) <= 6  # few groups: labels upright, the deployment broken at its "@"
+    labels = [f"{d.replace('@', chr(10) + '@') if few else d}\n{t}" for d, t in zip(gains["deployment"], gains["trace"])]
     x = np.arange(len(labels))
     c = sns.color_palette("colorblind", 2)
     fig, ax = plt.subplots(figsize=(max(7.5, 0.9 * len(labels)), 3.6))
     ax.bar(x - 0.2, gains["paged_over_oracle"], 0.4, color=c[0], label="paged ÷ Orca (Oracle)")
     ax.bar(x + 0.2, gains["paged_over_max"], 0.4, color=c[1], label="paged ÷ Orca (Max)")
     ax.axhline(1.0, color="0.3", lw=0.8)
-    ax.set_xticks(x, labels, rotation=40, ha="right", fontsize=7)
+    ax.set_xticks(x, labels, rotation=0 if few else 40, ha="center" if few else "right", fontsize=8 if few else 7)
     ax.set_ylabel("sustained-rate ratio")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, frameon=False)  # above the bars
     fig.tight_layout()
     return fig

@@ -10,7 +10,8 @@ look broken there:
   (``0%| | 0/28``, ``Loading weights: 0%``, ``0it [00:00, ?it/s]``), as a widget's text or as text;
 * **stray reprs**: a cell's value shown only as a Python repr nobody meant to show
   (``{'png': PosixPath(...)}``, ``<Figure size 640x480 with 1 Axes>``, ``<... object at 0x...>``;
-  a value with a rich view, a table or an image, is meant);
+  a value with a rich view, a table or an image, is meant), and a widget whose text form (what a
+  viewer without a kernel shows) is its raw repr (``HBox(children=(IntSlider(...``);
 * **errors**: an error output.
 """
 
@@ -27,6 +28,9 @@ __all__ = ["output_problems"]
 _BAR = re.compile(r"(\d+)%\|[^|]*\|\s*(\d+(?:\.\d+)?[kMG]?)/(\d+(?:\.\d+)?[kMG]?)")
 #: tqdm's meter without a total that counted nothing: "desc: 0it [00:00, ?it/s]".
 _EMPTY_BAR = re.compile(r"(?:^|:\s)0(?:it|[a-zA-Z]+) \[\d")
+#: A widget's raw repr: what JupyterLab shows for a saved widget output without a kernel.
+_WIDGET_REPR = re.compile(r"^\s*[A-Z]\w*\((?:children|value|description|layout|options|style)=")
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 #: Reprs of values a cell returned by accident.
 _STRAY = re.compile(r"PosixPath\(|WindowsPath\(|<Figure size \d|<matplotlib\.[\w.]+ object at 0x| object at 0x[0-9a-f]+>")
 
@@ -68,6 +72,8 @@ def output_problems(notebook) -> list[str]:
                 text = _text(data.get("text/plain"))
                 if _unfinished(text):
                     problems.append(f"cell {index}: unfinished progress bar: {text.strip()[:200]}")
+                elif _WIDGET_VIEW in data and _WIDGET_REPR.search(text):
+                    problems.append(f"cell {index}: raw widget repr: {text.strip()[:200]}")
                 elif kind == "execute_result" and set(data) == {"text/plain"} and _STRAY.search(text):
                     problems.append(f"cell {index}: stray repr: {text.strip()[:200]}")
     return problems

@@ -27,6 +27,11 @@ its allowed values (for a list, every item, and the list must not be empty; for 
 key); ``required_keys`` maps a dict
 parameter to the keys it must have (e.g. one rate per trace of another parameter); ``distinct``
 names lists that must not hold a value twice.
+
+The figure folder: a notebook left at its default ``output_dir = "../figures"`` writes to the
+checkout's ``figures/`` when its kernel works in ``notebooks/``, and to ``./figures`` from any other
+folder (:func:`default_figures_dir`); an ``output_dir`` the user gives is used as given (relative
+paths from the kernel's working folder: where papermill runs, unless ``--cwd``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import types
 import typing
 
 __all__ = ["record_parameters", "check_parameters", "checked_parameters", "check_notebook_parameters", "trace_choices",
+           "default_figures_dir", "NOTEBOOK_FIGURES",
            "UnknownParameterError", "ParameterTypeError", "ParameterValueError"]
 
 _KEY = "__paged_declared_parameters__"
@@ -298,8 +304,29 @@ def check_parameters(namespace: dict, *, positive=(), nonnegative=(), choices=No
             if seen:
                 raise ParameterValueError(f"papermill parameter {name!r} has a value twice ({seen[0]!r} in {_shown(value)}): "
                                           f"each value is one point of the sweep")
+    if "output_dir" in defaults and namespace.get("output_dir") == defaults["output_dir"] == NOTEBOOK_FIGURES:
+        from paged.experiments.notebook.provenance import run_context
+
+        if not (run_context() or {}).get("target"):  # a runner names its folder itself
+            namespace["output_dir"] = default_figures_dir()
     _CHECKED.clear()
     _CHECKED.update({name: _json_safe(namespace.get(name)) for name in sorted(declared)})
+
+
+#: The notebooks' default ``output_dir``: the checkout's ``figures/``, beside ``notebooks/``.
+NOTEBOOK_FIGURES = "../figures"
+
+
+def default_figures_dir(cwd: str | None = None) -> str:
+    """Where a notebook's default ``output_dir`` (:data:`NOTEBOOK_FIGURES`) puts its figures, for a
+    kernel working in ``cwd`` (default: the current folder): ``"../figures"`` when that folder is a
+    ``notebooks`` folder (JupyterLab, ``make``, ``cd notebooks && papermill ...``: the checkout's
+    ``figures/``), else ``"figures"`` in the working folder (``papermill notebooks/01.ipynb out.ipynb``
+    from a clone's root writes the clone's ``figures/``, and from any other folder never its parent).
+    :func:`check_parameters` applies it when the notebook runs with its default."""
+    import os
+
+    return NOTEBOOK_FIGURES if os.path.basename(os.path.abspath(cwd or os.getcwd())) == "notebooks" else "figures"
 
 
 def _check_numbers(name: str, value, low, rule: str) -> None:

@@ -105,12 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows = run_quick(args.notebooks, args.out, workers=args.workers)
     except KeyboardInterrupt:
+        from paged.experiments.notebook.execute import interrupted
+
         # A worker killed mid-run cannot remove its temporary notebook (paged.atomic); the finished
         # notebooks and figures are whole, so only those temporaries go.
         for tmp in Path(args.out).glob(".*.tmp.ipynb"):
             tmp.unlink(missing_ok=True)
-        print("interrupted", file=sys.stderr)
-        return 130
+        return interrupted()
     failed = 0
     for row in rows:
         status = "ok" if not row["error"] and not row["problems"] else "FAILED"

@@ -19,11 +19,15 @@ __all__ = ["table_html", "use_table_format", "MISSING", "TABLE_CLASS", "TABLE_CS
 MISSING = "—"
 #: The HTML class of the tables :func:`table_html` writes.
 TABLE_CLASS = "paged-table"
-#: Their style: text wrapped and left-aligned, headers at the top of their cell.
-TABLE_CSS = (f"table.{TABLE_CLASS} {{border-collapse: collapse; margin: 0.5em 0;}} "
-             f"table.{TABLE_CLASS} th, table.{TABLE_CLASS} td {{text-align: left; vertical-align: top; "
-             "white-space: normal; overflow-wrap: anywhere; padding: 0.2em 0.6em; max-width: 40em;} "
-             f"table.{TABLE_CLASS} thead th {{border-bottom: 1px solid #999;}}")
+#: Their style: text wrapped between words and left-aligned, headers at the top of their cell. The
+#: class is named twice so the rules outrank JupyterLab's own right-aligning rule for output tables
+#: (``:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon td``), in Lab and in the report.
+_T = f"table.{TABLE_CLASS}.{TABLE_CLASS}"
+TABLE_CSS = (f"{_T} {{border-collapse: collapse; margin: 0.5em 0;}} "
+             f"{_T} th, {_T} td {{text-align: left; vertical-align: top; white-space: normal; overflow-wrap: normal; "
+             "word-break: normal; padding: 0.2em 0.6em; max-width: 40em;} "
+             f"{_T} td {{overflow-wrap: break-word;}} "  # a word wider than its column may break; a header never
+             f"{_T} thead th {{border-bottom: 1px solid #999;}}")
 
 
 def _flat(frame: pd.DataFrame) -> pd.DataFrame:

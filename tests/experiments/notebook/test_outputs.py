@@ -42,3 +42,11 @@ def test_stderr_unfinished_bars_stray_reprs_and_errors_are_named(tmp_path):
                      "unfinished progress bar", "stray repr", "stray repr", "error"]
     assert all(p.startswith("cell 1: ") for p in problems)
     assert "0/28" in problems[1] and "PosixPath" in problems[5]
+
+
+def test_a_widget_saved_as_its_raw_repr_is_named():
+    raw = "HBox(children=(IntSlider(value=3, description='prompt tokens', max=15, min=1),), layout=Layout(flex_flow='row wrap'))"
+    readable = "Controls (live with a running kernel): prompt tokens = 3. The figure below is drawn at these values."
+    assert [p.split(": ")[1] for p in output_problems(_notebook(new_output("display_data", data={**WIDGET, "text/plain": raw})))] \
+        == ["raw widget repr"]
+    assert output_problems(_notebook(new_output("display_data", data={**WIDGET, "text/plain": readable}))) == []

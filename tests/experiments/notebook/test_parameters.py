@@ -183,3 +183,24 @@ def test_checked_parameters_are_json_safe():
     ns = _recorded(rate=math.inf, sizes=(1, 2), name="x")
     check_parameters(ns)
     assert json.loads(json.dumps(checked_parameters(), allow_nan=False)) == {"rate": "inf", "sizes": [1, 2], "name": "x"}
+
+
+def test_the_default_figure_folder_is_beside_notebooks_or_in_the_working_folder(tmp_path, monkeypatch):
+    from paged.experiments.notebook.parameters import default_figures_dir
+    from paged.experiments.notebook.provenance import RUN_ENV
+
+    (tmp_path / "notebooks").mkdir()
+    assert default_figures_dir(str(tmp_path / "notebooks")) == "../figures"  # Lab, make: the checkout's figures/
+    assert default_figures_dir(str(tmp_path)) == "figures"  # papermill from the clone's root or elsewhere
+
+    def checked(cwd):
+        monkeypatch.chdir(cwd)
+        ns = {"output_dir": "../figures"}
+        record_parameters(ns)
+        check_parameters(ns)
+        return ns["output_dir"]
+
+    monkeypatch.delenv(RUN_ENV, raising=False)
+    assert checked(tmp_path) == "figures" and checked(tmp_path / "notebooks") == "../figures"
+    monkeypatch.setenv(RUN_ENV, '{"target": "/somewhere", "staging": "/somewhere/.s"}')
+    assert checked(tmp_path) == "../figures"  # a runner's output_dir is its own

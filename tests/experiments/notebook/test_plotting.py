@@ -10,7 +10,7 @@ from paged.experiments.notebook.plotting import save_figure, use_style
 def _figure():
     use_style()
     fig, ax = plt.subplots()
-    ax.plot([1, 2, 3], [3, 1, 2])
+    ax.plot([0.5, 1.5, 2.5], [3.5, 1.5, 2.5])
     return fig
 
 

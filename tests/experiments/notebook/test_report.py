@@ -1,4 +1,4 @@
-"""figures/MANIFEST.json and the HTML report, from notebooks executed with papermill (a tiny run)."""
+"""The HTML report, from notebooks executed with papermill (a tiny run)."""
 
 import hashlib
 import json
@@ -9,7 +9,6 @@ import nbformat
 import pytest
 
 from paged.experiments.notebook.kernel import execute_notebook
-from paged.experiments.notebook.manifest import build_manifest, write_manifest
 from paged.experiments.notebook.report import build_report
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -47,35 +46,10 @@ def executed(tmp_path_factory):
     return sorted(out.glob("*.ipynb")), figures
 
 
-def test_manifest_lists_every_figure_with_its_notebook_parameters_and_hashes(executed, tmp_path):
-    notebooks, figures = executed
-    path = write_manifest(notebooks, figures, tmp_path / "MANIFEST.json", root=ROOT)
-    manifest = json.loads(path.read_text())
-    names = {f["name"] for f in manifest["figures"]}
-    assert {"tour_reservation", "tour_scheduler", "fig99_small"} <= names and len(names) == 7
-    small = next(f for f in manifest["figures"] if f["name"] == "fig99_small")
-    assert small["number"] == "99" and small["claim"] == "A small figure"
-    assert small["parameters"] == {"requests": 5, "output_dir": str(figures)}
-    assert small["notebook"].endswith("09_small.ipynb")
-    png = small["files"]["png"]
-    assert png["sha256"] == hashlib.sha256((figures / "fig99_small.png").read_bytes()).hexdigest()
-    assert re.fullmatch(r"[0-9a-f]{40}", manifest["commit"]) and manifest["packages"]["matplotlib"]
-    assert manifest["unlisted"] == []
-
-
 def test_manifest_keeps_provenance_out_of_the_image_files(executed):
     notebooks, figures = executed
     png = (figures / "fig99_small.png").read_bytes()
     assert b"requests" not in png and b"Software" not in png
-
-
-def test_manifest_names_files_no_notebook_shows(executed, tmp_path):
-    notebooks, figures = executed
-    (figures / "stray.png").write_bytes(b"x")
-    try:
-        assert build_manifest(notebooks, figures)["unlisted"] == ["stray.png"]
-    finally:
-        (figures / "stray.png").unlink()
 
 
 def test_report_is_one_self_contained_html_file(executed, tmp_path):
@@ -97,9 +71,45 @@ def test_report_is_one_self_contained_html_file(executed, tmp_path):
     assert html.count("a claim whose explanation runs well past fifty characters to its end") == 2
     text = re.sub(r"data:[^\"']+", "", html)  # the embedded images' base64 can spell anything
     assert "NaN" not in text and "<th>0</th>" not in text and 'class="dataframe paged-table"' in html
-    assert ".jp-RenderedHTMLCommon table td, .jp-RenderedHTMLCommon table th {text-align: left; white-space: normal;" in html
+    assert ".jp-RenderedHTMLCommon.jp-RenderedHTMLCommon table td, .jp-RenderedHTMLCommon.jp-RenderedHTMLCommon table th {\n  text-align: left;" in html
 
 
 def test_report_without_notebooks_says_what_to_run(tmp_path):
     with pytest.raises(ValueError, match="make reproduce"):
         build_report([], tmp_path / "r.html")
+
+
+def test_report_anchors_are_unique_and_claims_come_from_the_figures(executed, tmp_path):
+    notebooks, figures = executed
+    html = build_report(notebooks, tmp_path / "r.html", root=ROOT, figures=figures).read_text()
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids)), "repeated anchors"
+    assert set(re.findall(r'href="#([^"]+)"', html)) <= set(ids), "a link to no anchor"
+    assert 'id="figure-fig99_small"' in html and 'id="notebook-09_small"' in html
+    claims = html[html.index('id="Claims"'):html.index('id="Figures"')]
+    assert "this run" in claims and "token states Max 20.4%" in claims  # the paper's numbers beside this run's
+    assert "not in this run&#39;s figures" in claims or "not in this run's figures" in claims  # a tiny run lacks most
+    assert "09_small with <code>requests=5</code>" in html  # how each notebook ran
+
+
+def test_git_state_does_not_count_the_regenerated_claims_table(tmp_path):
+    import subprocess
+
+    from paged.experiments.notebook.claims import BEGIN, END
+    from paged.experiments.notebook.manifest import git_state
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{BEGIN}\n| a |\n{END}\n\nprose\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "x", "--allow-empty")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    readme.write_text(f"# x\n\n{BEGIN}\n| b, regenerated |\n{END}\n\nprose\n")
+    assert git_state(tmp_path)["dirty"] is False
+    readme.write_text(f"# x\n\n{BEGIN}\n| b |\n{END}\n\nprose, edited\n")
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_state(tmp_path) | {"commit": None} == {"commit": None, "dirty": True, "changed": ["README.md", "code.py"]}
