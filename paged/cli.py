@@ -198,13 +198,16 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from paged.experiments.notebook.sweep import check_parameter_names, cluster, parameter_grid, sweep_notebook
+    from paged.experiments.notebook.sweep import (SweepInterrupted, check_parameter_names, cluster, parameter_grid,
+                                                  sweep_notebook)
+    from paged.experiments.notebook.sweep_summary import print_summary
 
     text = Path(args.grid).read_text() if Path(args.grid).is_file() else args.grid
     try:
-        sets = parameter_grid(yaml.safe_load(text))
+        grid = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ValueError(f"--grid is not valid YAML: {err}") from None
+    sets = parameter_grid(grid)
     if not Path(args.notebook).is_file():
         raise FileNotFoundError(f"notebook {args.notebook!r} does not exist")
     check_parameter_names(args.notebook, sets)  # a misspelled name fails before the cluster starts
@@ -214,12 +217,14 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
         except ImportError as err:  # a backend whose package is not installed: one line, no traceback
             print(f"error: --backend {args.backend}: {err}", file=sys.stderr)
             return 2
-        runs = sweep_notebook(args.notebook, sets, args.out, workers=args.workers, kernel=args.kernel)
-    print(runs.drop(columns=["output_dir"]).to_string(index=False))
-    failed = runs[runs["error"].notna()]
-    for _, run in failed.iterrows():
-        print(f"error: {run['output']}: {run['error']}", file=sys.stderr)
-    return 1 if len(failed) else 0
+        try:
+            runs = sweep_notebook(args.notebook, sets, args.out, workers=args.workers, kernel=args.kernel,
+                                  force=args.force, grid=grid)
+        except SweepInterrupted as stop:
+            print(stop, file=sys.stderr)
+            return 130
+    print_summary(runs, args.out)
+    return 1 if runs["status"].isin(["failed"]).any() else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -299,10 +304,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="YAML (inline or a file): {name: [values...]} swept as a product, or a list of "
                           "{name: value} sets; e.g. '{block_size: [8, 16], num_requests: 200}'")
     nbs.add_argument("--out", required=True, help="folder for the executed notebooks and each run's figures")
-    nbs.add_argument("--workers", type=positive_int, default=1, help="notebooks at once on this machine")
+    nbs.add_argument("--workers", type=positive_int, default=1,
+                     help="notebooks at once on this machine (a local cluster's worker processes)")
+    nbs.add_argument("--force", action="store_true",
+                     help="rerun every run, also those that finished with the same parameters and code")
     nbs.add_argument("--backend", default="loky", choices=("loky", "dask", "ray"),
                      help="loky: this machine; dask / ray: a cluster (--address, or a local one on 127.0.0.1)")
-    nbs.add_argument("--address", default=None, help="cluster address, e.g. tcp://scheduler:8786 (dask)")
+    nbs.add_argument("--address", default=None,
+                     help="cluster address: tcp://scheduler:8786 (dask), ray://head:10001 or auto (ray)")
     nbs.add_argument("--kernel", default=None, help="Jupyter kernel (default: python3, this interpreter's)")
     nbs.set_defaults(func=_sweep_notebook)
 
