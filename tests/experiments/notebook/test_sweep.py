@@ -270,7 +270,7 @@ def test_the_claims_numbers_of_every_committed_figure_are_read():
 
 @pytest.mark.slow
 def test_a_sweep_of_a_real_notebook_summarises_its_headline_numbers(tmp_path):
-    grid = parameter_grid({"block_size": [8, 32], "num_requests": 60, "block_sizes": [[8, 16]]})
+    grid = parameter_grid({"block_size": [8, 64], "num_requests": 300, "kv_cache_gib": 2.0, "block_sizes": [[8, 16]]})
     runs = sweep_notebook("notebooks/01_fragmentation.ipynb", grid, tmp_path / "s", workers=2)
     claim = next(c for c in runs.columns if c.startswith("Fig. 2: "))
     assert list(runs["status"]) == ["finished", "finished"] and runs[claim].str.startswith("token states Max").all()
