@@ -25,10 +25,9 @@ def code_fingerprint() -> str:
     """16 hex digits of a BLAKE2b hash over the relative paths and bytes of the package's files."""
     from importlib import resources
 
-    import paged
-
+    package = Path(__file__).resolve().parents[2]  # paged/experiments/notebook/ -> paged/
     digest = hashlib.blake2b(digest_size=8)
-    for root in (Path(paged.__file__).parent, Path(str(resources.files("paged.data")))):
+    for root in (package, Path(str(resources.files("paged.data")))):
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             rel = path.relative_to(root)
             if "__pycache__" in rel.parts or path.suffix in _SKIP_SUFFIXES or any(s.startswith(".") for s in rel.parts):

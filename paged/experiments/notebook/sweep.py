@@ -117,7 +117,8 @@ def run_notebook(notebook: str, out: str, name: str, parameters: dict, *, attemp
                  seconds=None, started=now(), ended=None, host=socket.gethostname(), pid=os.getpid(),
                  attempt=attempt, code=code, notebook_hash=notebook_hash)
     start = time.perf_counter()
-    error = _execute(notebook, executed, params, kernel, partial / "run.log")
+    error = _mismatch(notebook, code, notebook_hash) or _execute(notebook, executed, params, kernel,
+                                                                 partial / "run.log")
     seconds = round(time.perf_counter() - start, 3)
     _repoint(partial, final)
     write_record(partial, status="failed" if error else "finished", error=error, seconds=seconds, ended=now())
@@ -127,6 +128,23 @@ def run_notebook(notebook: str, out: str, name: str, parameters: dict, *, attemp
     partial.rename(final)
     shutil.rmtree(trash, ignore_errors=True)
     return {**read_record(final), "folder": name}
+
+
+def _mismatch(notebook: str, code: str, notebook_hash: str) -> str | None:
+    """Why this worker must not run the sweep's run (another version of the package, another or no
+    copy of the notebook: its results would not be the sweep's), or None."""
+    from paged.experiments.notebook.fingerprint import code_fingerprint, notebook_fingerprint
+
+    host = socket.gethostname()
+    if code and code_fingerprint() != code:
+        return (f"PackageMismatch: {host} has another version of the paged package (code {code_fingerprint()}, the "
+                f"sweep's {code}); install the same version on every worker")
+    try:
+        same = not notebook_hash or notebook_fingerprint(notebook) == notebook_hash
+    except OSError:
+        return f"FileNotFoundError: {host} cannot read {notebook}; put it on a file system every worker shares"
+    return None if same else (f"NotebookMismatch: {notebook} on {host} is not the sweep's notebook; put it on a "
+                              "file system every worker shares")
 
 
 def _logged_kernel_manager(log: Path):
@@ -238,7 +256,7 @@ def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: st
             print(f"{skipped} of {len(names)} runs already finished with these parameters and code: kept "
                   f"(--force reruns them)", flush=True)
         try:
-            run_jobs(run_notebook, jobs, workers=workers, desc=notebook.stem)
+            records = run_jobs(run_notebook, jobs, workers=workers, desc=notebook.stem)
         except KeyboardInterrupt:
             for name in names:
                 partial = out / f"{name}{PARTIAL}{attempt}"
@@ -246,6 +264,13 @@ def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: st
                     write_record(partial, status="interrupted", ended=now(), error="KeyboardInterrupt")
             summary = summarize(out, notebook, names, parameter_sets)
             raise SweepInterrupted(interrupted_message(out, summary), summary) from None
+        unseen = [r for r in records if not (out / r["folder"] / "run.json").is_file()]
+        if unseen:
+            import warnings
+
+            warnings.warn(f"{len(unseen)} runs ended on {', '.join(sorted({str(r.get('host')) for r in unseen}))} "
+                          f"but their folders are not in {out} here: the sweep's folder must be on a file system "
+                          f"that every worker shares, at the same path", stacklevel=2)
         return summarize(out, notebook, names, parameter_sets)
 
 
