@@ -278,7 +278,15 @@ def _dask(address: str | None, n_workers: int):
     finally:
         client.close()
         if local is not None:
-            local.close()
+            import logging
+
+            nanny = logging.getLogger("distributed.nanny")
+            level = nanny.level
+            nanny.setLevel(logging.ERROR)  # "worker process still alive after 4 s, killing": our own workers, stopped
+            try:
+                local.close()
+            finally:
+                nanny.setLevel(level)
 
 
 @contextmanager
@@ -300,7 +308,16 @@ def _ray(address: str | None, n_workers: int):
     _quiet_ray()
     if started:  # a local head listens on the loopback interface only
         local = {} if address else {"num_cpus": n_workers, "_node_ip_address": "127.0.0.1"}
-        ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False, **local)
+        for attempt in (1, 2):
+            try:
+                ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+                         **local)
+                break
+            except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception
+                ray.shutdown()
+                # Ray gives a new head 30 s to start its raylet; a busy machine can take longer: try once more
+                if attempt == 2 or address or "timed out during startup" not in str(err):
+                    raise
     register_ray()
     try:
         yield ray.get_runtime_context().gcs_address

@@ -360,3 +360,15 @@ def test_a_worker_with_another_package_or_notebook_does_not_run(tmp_path):
                           code=code_fingerprint(), notebook_hash="1" * 16)
     assert record["error"].startswith("FileNotFoundError: ") and "shares" in record["error"]
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["x=2", "x=3", "x=4"]
+
+
+@pytest.mark.parametrize("backend, module", [("ray", "ray"), ("dask", "distributed")])
+def test_a_backend_whose_package_is_missing_is_one_line(tmp_path, backend, module):
+    """As where Ray or Dask is not installed (the module blocked in sys.modules): one error line naming
+    what to install, exit 2, nothing run."""
+    code = (f"import sys; sys.modules[{module!r}] = None; from paged.cli import main; "
+            f"main(['sweep-notebook', 'notebooks/01_fragmentation.ipynb', '--grid', '{{block_size: [8]}}', "
+            f"'--out', {str(tmp_path)!r}, '--backend', {backend!r}])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith(f"error: --backend {backend}: ") and "pip install" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
