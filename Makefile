@@ -1,5 +1,6 @@
 # PagedAttention reproduction. `make help` lists the targets.
-# Every target that needs Python creates .venv on first use (python3 -m venv + pip install -e ".[dev]").
+# Every target that needs Python creates .venv on first use (python3 -m venv + pip install -e ".[dev]", with
+# constraints.txt: the versions that make the figure files byte-identical).
 
 PYTHON ?= python3
 VENV := .venv
@@ -7,15 +8,21 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 EXECUTED := build/notebooks
-EXECUTED_NOTEBOOKS := $(patsubst notebooks/%,$(EXECUTED)/%,$(NOTEBOOKS))
 FIGURES := figures
-# What an executed notebook depends on besides itself: the package and its data.
-SOURCES := $(shell find paged data -type f \( -name '*.py' -o -name '*.csv' \) 2>/dev/null)
+# A notebook reruns when its fingerprint changes: its cells, the package files it imports, the data,
+# the environment, its parameters (paged/experiments/notebook/provenance.py), or when figures/ holds
+# figures of another run (paged/experiments/notebook/reproduce.py says which and why).
 # Notebooks run on this environment's own python3 kernel: papermill's engine "paged"
 # (paged/experiments/notebook/papermill_engine.py, registered by the package's entry points).
 PAPERMILL := $(VENV)/bin/papermill --engine paged --kernel python3 --no-progress-bar
 # JupyterLab refuses to start as root without --allow-root (containers, CI).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+# Notebooks at once for reproduce/report: make's -jN.
+JOBS = $(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),1)
+# Ctrl-C: the command prints one line ("interrupted") and exits 130, its figures whole; the recipe's
+# shell then reports success so that make, which had the same SIGINT, stops with status 130 and
+# without an "Error 130" line of its own. A command that exits 130 without a Ctrl-C still fails.
+interruptible = trap 'int=1' INT; $(1); s=$$?; test $$s -eq 130 -a -n "$$int" && exit 0; exit $$s
 # Threads for torch inside notebooks and tests (the reference machine has 2 cores).
 export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
@@ -28,10 +35,10 @@ SHARED ?= ../shared/data
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	@touch $@
 
 venv: $(STAMP) ## Create .venv and install the project with its dev extra
@@ -40,34 +47,18 @@ test: $(STAMP) ## Run the whole test suite (unit, property, kernel, notebooks)
 	$(PY) -m pytest -n 2 -q
 
 quick: $(STAMP) ## Check an installation: every notebook with small parameters into build/quick/ (figures/ untouched)
-	$(PY) -m paged.experiments.notebook.quick --notebooks notebooks --out build/quick
+	@$(call interruptible,$(PY) -m paged.experiments.notebook.quick --notebooks notebooks --out build/quick)
 
-reproduce: $(FIGURES)/MANIFEST.json ## Regenerate every figure from the shipped data (executed notebooks -> build/; -j2 runs two at once), then README.md's claims table
-	@echo "figures in $(FIGURES)/ (provenance in $(FIGURES)/MANIFEST.json), executed notebooks in $(EXECUTED)/"
+reproduce: $(STAMP) ## Rerun the notebooks whose figures are out of date (and say why), then README.md's claims table; -j2: two at once
+	@$(call interruptible,$(PY) -m paged.experiments.notebook.reproduce --notebooks notebooks --figures $(FIGURES) --executed $(EXECUTED) --workers $(JOBS))
 
-# One executed notebook: `make build/notebooks/01_fragmentation.ipynb` or `make nb NB=01`. It is written
-# to build/notebooks/partial/ first and moved when it ran to the end (a failed run stays there to read).
-$(EXECUTED)/%.ipynb: notebooks/%.ipynb $(SOURCES) | $(STAMP)
-	@mkdir -p $(@D)/partial $(FIGURES)
-	@echo "== $*"; start=$$(date +%s); \
-	$(PAPERMILL) --cwd notebooks $< $(@D)/partial/$(@F) \
-		-p output_dir ../$(FIGURES) && mv $(@D)/partial/$(@F) $@ && echo "   $* done in $$(( $$(date +%s) - start )) s"
-
-$(FIGURES)/MANIFEST.json: $(EXECUTED_NOTEBOOKS)
-	$(PY) -m paged manifest --notebooks $(EXECUTED) --figures $(FIGURES)
-	$(PY) -m paged claims --figures $(FIGURES) --readme README.md
-
-nb: ## Run one notebook into build/notebooks/ and its figures into figures/: make nb NB=03
+nb: $(STAMP) ## Run one notebook into build/notebooks/ and its figures into figures/: make nb NB=03
 	@test -n "$(NB)" || { echo "usage: make nb NB=01 (one of: $(notdir $(basename $(NOTEBOOKS))))"; exit 2; }
-	@target="$(filter $(EXECUTED)/$(NB)%,$(EXECUTED_NOTEBOOKS))"; \
-	test -n "$$target" || { echo "no notebook matches NB=$(NB); choose from: $(notdir $(basename $(NOTEBOOKS)))"; exit 2; }; \
-	test $$(echo $$target | wc -w) -eq 1 || { echo "NB=$(NB) matches more than one notebook ($(notdir $(basename $(filter $(EXECUTED)/$(NB)%,$(EXECUTED_NOTEBOOKS))))); give one of: $(notdir $(basename $(NOTEBOOKS)))"; exit 2; }; \
-	$(MAKE) --no-print-directory $$target
+	@$(call interruptible,$(PY) -m paged.experiments.notebook.reproduce --notebooks notebooks --figures $(FIGURES) --executed $(EXECUTED) --only $(NB) --force --runner "make nb")
 
-report: build/report.html ## One self-contained HTML report (claims, every figure, paper vs this run) from the executed notebooks
-
-build/report.html: $(EXECUTED_NOTEBOOKS)
-	$(PY) -m paged report --notebooks $(EXECUTED) --out $@
+report: $(STAMP) ## One self-contained HTML report (this run's claims, every figure, paper vs this run); reruns what is out of date first
+	@$(call interruptible,$(PY) -m paged.experiments.notebook.reproduce --notebooks notebooks --figures $(FIGURES) --executed $(EXECUTED) --workers $(JOBS))
+	$(PY) -m paged report --notebooks $(EXECUTED) --figures $(FIGURES) --out build/report.html
 
 sweep: $(if $(and $(NB),$(GRID)),$(STAMP)) ## One notebook per parameter set: make sweep NB=notebooks/03_throughput.ipynb GRID='{block_size: [8, 16]}' [OUT=build/sweep] [ARGS='--backend dask --address tcp://host:8786']
 	@test -n "$(NB)" -a -n "$(GRID)" || { echo "usage: make sweep NB=03 (or NB=notebooks/NN_name.ipynb) GRID='{name: [v1, v2]}'"; exit 2; }

@@ -10,12 +10,14 @@ every careful storage engine do the same.
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_text", "write_bytes"]
+__all__ = ["atomic_path", "write_text", "write_bytes", "mode_for", "sigint_held"]
 
 
 @contextmanager
@@ -33,7 +35,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
-        os.chmod(tmp, _mode_for(path))
+        os.chmod(tmp, mode_for(path))
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -43,11 +45,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
-def _mode_for(path: Path) -> int:
+def mode_for(path: str | Path) -> int:
     """The permission bits ``path`` gets: those of the file it replaces, else what ``open`` would give a
     new file under the process's umask (``mkstemp``'s own 0600 would make every figure private)."""
     try:
-        return path.stat().st_mode & 0o7777
+        return Path(path).stat().st_mode & 0o7777
     except FileNotFoundError:
         return 0o666 & ~_umask()
 
@@ -78,3 +80,28 @@ def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding=encoding)
     return Path(path)
+
+
+@contextmanager
+def sigint_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back for the block and deliver it at its end, to the handler that was in
+    place: a few renames that belong together (a figure set and its manifest) all happen or none.
+    Main thread only (Python runs signal handlers there; elsewhere the block runs as it is). Nests.
+
+    Raises:
+        KeyboardInterrupt (or what the previous handler raises) at the end of the block, if Ctrl-C came.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, None)
+            else:
+                raise KeyboardInterrupt

@@ -7,7 +7,7 @@ Commands:
     traces          rebuild the committed length-only traces under data/ from the real datasets
                     (ShareGPT; with --shared-data also Alpaca and WMT16), once per tokenizer
     sweep-notebook  run one notebook per parameter set (papermill), here or on a Dask / Ray cluster
-    manifest        write figures/MANIFEST.json from the executed notebooks (make reproduce)
+    manifest        check figures/MANIFEST.json against the figure files (what made each, whether it is true)
     report          one self-contained HTML report from the executed notebooks (make report)
     claims          README.md's claims table from the figures' CSV files (make reproduce)
 
@@ -165,17 +165,27 @@ def _executed(folder: str) -> list:
 
 
 def _manifest(args: argparse.Namespace) -> int:
-    from paged.experiments.notebook.manifest import write_manifest
+    from pathlib import Path
 
-    path = write_manifest(_executed(args.notebooks), args.figures)
-    print(f"wrote {path}")
-    return 0
+    from paged.experiments.notebook.manifest import MANIFEST_NAME, manifest_problems, read_manifest
+
+    folder = Path(args.figures)
+    if not (folder / MANIFEST_NAME).is_file():
+        raise FileNotFoundError(f"no {folder / MANIFEST_NAME}: save a figure there or run `make reproduce`")
+    manifest = read_manifest(folder)
+    problems = manifest_problems(folder, manifest)
+    runs = sorted({f.get("run") or "unknown" for f in manifest["figures"]})
+    for problem in problems:
+        print(problem)
+    print(f"{folder / MANIFEST_NAME}: {len(manifest['figures'])} figures (made by: {', '.join(runs) or 'none'}); "
+          f"{len(problems) or 'no'} problem{'s' if len(problems) != 1 else ''}")
+    return 1 if problems else 0
 
 
 def _report(args: argparse.Namespace) -> int:
     from paged.experiments.notebook.report import build_report
 
-    path = build_report(_executed(args.notebooks), args.out)
+    path = build_report(_executed(args.notebooks), args.out, figures=args.figures)
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, self-contained)")
     return 0
 
@@ -315,13 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
     nbs.add_argument("--kernel", default=None, help="Jupyter kernel (default: python3, this interpreter's)")
     nbs.set_defaults(func=_sweep_notebook)
 
-    man = sub.add_parser("manifest", help="write figures/MANIFEST.json from executed notebooks")
-    man.add_argument("--notebooks", default="build/notebooks", help="folder of executed notebooks")
+    man = sub.add_parser("manifest", help="check figures/MANIFEST.json against the figure files (exit 1 if untrue)")
     man.add_argument("--figures", default="figures", help="folder of the figure files")
     man.set_defaults(func=_manifest)
 
     rep = sub.add_parser("report", help="one self-contained HTML report from executed notebooks")
     rep.add_argument("--notebooks", default="build/notebooks", help="folder of executed notebooks")
+    rep.add_argument("--figures", default="figures", help="folder of the figures (this run's claims table)")
     rep.add_argument("--out", default="build/report.html", help="the HTML file to write")
     rep.set_defaults(func=_report)
 

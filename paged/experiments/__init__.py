@@ -8,8 +8,11 @@ Layout (which file holds what):
   parameter checks), ``kernel.py`` (the kernel notebook runs start: this interpreter's),
   ``papermill_engine.py`` (papermill ``--engine paged``), ``progress.py`` (progress bars of long
   steps), ``outputs.py`` (what an executed notebook must not hold), ``quick.py`` (``make quick``),
-  ``plotting.py`` (figure style, saving, metadata),
-  ``manifest.py`` (the figures a run wrote), ``report.py`` (the report of executed notebooks),
+  ``plotting.py`` (figure style, saving, metadata), ``execute.py`` (one notebook run: figures
+  committed as a set, quiet on Ctrl-C), ``reproduce.py`` (``make reproduce``: what is out of date),
+  ``provenance.py`` (what made a figure: code, data, environment fingerprint), ``figure_set.py``
+  (figure files and manifest entries changed together), ``manifest.py`` (``MANIFEST.json``),
+  ``report.py`` (the report of executed notebooks),
   ``claims.py`` (README.md's claims table from the figures' CSVs), ``tables.py`` (tables shown whole),
   ``sweep.py`` (papermill sweeps, parallel jobs), ``paper.py`` (every number of the paper the
   notebooks compare with);

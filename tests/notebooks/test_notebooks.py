@@ -17,6 +17,7 @@ import papermill as pm
 import pytest
 
 from paged.experiments.notebook.kernel import KERNEL_NAME, execute_notebook
+from paged.experiments.notebook.manifest import figure_files, manifest_problems
 from paged.experiments.notebook.outputs import output_problems
 from paged.experiments.notebook.plotting import FIGURE_METADATA_KEY
 from paged.experiments.notebook.quick import QUICK_PARAMETERS
@@ -58,7 +59,7 @@ def test_committed_clean(nb):
 def test_runs_with_tiny_parameters(nb, tmp_path):
     assert nb.stem in TINY, f"add tiny parameters for {nb.stem} to TINY"
     executed, figures = _execute(nb, tmp_path, **TINY[nb.stem])
-    files = sorted(p.name for p in figures.iterdir())
+    files = figure_files(figures)
     stems = {Path(f).stem for f in files}
     assert stems, "the notebook wrote no figure"
     for stem in stems:  # every figure comes with its PNG, PDF and CSV
@@ -75,6 +76,7 @@ def test_runs_with_tiny_parameters(nb, tmp_path):
     for stem, png in shown.items():
         assert base64.b64decode(png) == (figures / f"{stem}.png").read_bytes()
     assert output_problems(executed) == [], "the executed notebook must read like a finished paper section"
+    assert manifest_problems(figures) == []  # every figure's entry describes its files
 
 
 def test_unknown_parameter_is_refused(tmp_path):

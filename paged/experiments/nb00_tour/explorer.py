@@ -69,7 +69,7 @@ def explore(render, controls: dict, *, name: str, output_dir, claim: str, number
     values = {key: control.value for key, control in controls.items()}
     fig, data = render(**values)
     paths = save_figure(fig, data, name, output_dir, number=number, claim=claim, section=section, show=False)
-    state = Explorer(controls, paths["png"].read_bytes(), data)
+    state = Explorer(controls, paths.png_bytes, data)
     display(widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap")))
     state.handle = show_figure(state.png, metadata=figure_metadata(name, paths, number, claim, section, explorer=True))
 

@@ -31,6 +31,7 @@ its entry points while it is first imported, and the engine's module imports thi
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import zmq
@@ -58,12 +59,30 @@ class ThisPythonKernelManager(AsyncKernelManager):
     CurveZMQ keys provisioned for the connection where :func:`encrypts_transport`.
 
     Other kernel names resolve through Jupyter's kernel-spec search path unchanged.
+
+    Shutdown is quiet: jupyter_client interrupts a kernel before every shutdown (SIGINT to its
+    process group), which makes an idle ipykernel log "KeyboardInterrupt caught in kernel" and a
+    busy one print a traceback; this manager does not, and after a runner's Ctrl-C
+    (:attr:`abandoned`, set by :func:`paged.experiments.notebook.execute.run_notebook`) it kills the
+    kernel and its worker processes at once instead of waiting for a graceful exit.
     """
+
+    #: Set by a runner on Ctrl-C: kernels shut down now (killed), not after a graceful wait.
+    abandoned = threading.Event()
 
     def __init__(self, **kwargs):
         if encrypts_transport():
             kwargs.setdefault("transport_encryption", "auto")
         super().__init__(**kwargs)
+
+    async def _async_interrupt_kernel(self) -> None:
+        if self.shutting_down:  # shutting down: the kernel is told to exit (or killed), not interrupted
+            return
+        await super()._async_interrupt_kernel()
+
+    async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+        """Shut the kernel down (at once, ``now``, after a runner's Ctrl-C: :attr:`abandoned`)."""
+        await super().shutdown_kernel(now=now or self.abandoned.is_set(), restart=restart)
 
     @property
     def kernel_spec(self) -> KernelSpec | None:

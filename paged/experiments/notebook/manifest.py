@@ -1,18 +1,22 @@
-"""``figures/MANIFEST.json``: where every figure came from, kept out of the image files.
+"""``figures/MANIFEST.json``: where every figure in a folder came from, kept out of the image files.
 
 A figure's PNG and PDF stay byte-stable (:func:`paged.experiments.notebook.plotting.save_figure` fixes
-their metadata), so the provenance a reader needs lives beside them: for each figure, the notebook
-that made it, the parameters it ran with, its title (paper figure number and claim) and the SHA-256
-of each of its files; once for all, the git commit (and whether the tree had uncommitted changes),
-Python's and the main packages' versions. It is read from the executed notebooks (``make
-reproduce`` writes them to ``build/notebooks/``): each figure's PNG output there carries its
-description as output metadata (:data:`FIGURE_METADATA_KEY`).
+their metadata), so the provenance lives beside them, one entry per figure::
 
-The manifest stays true between full runs too: it is written atomically (:mod:`paged.atomic`), and
-every figure a notebook saves into a folder with a manifest updates that figure's file hashes
-there at once (:func:`update_manifest_entry`, under a lock so two notebooks run by ``make -j2`` do
-not lose each other's update), so an interrupted notebook never leaves a manifest that describes
-files other than those on disk.
+    {"name", "number", "section", "claim",       # what it shows
+     "notebook", "parameters", "run",            # what made it: the notebook, its parameters, the runner
+     "fingerprint",                              # the run's provenance.fingerprint (None outside a runner)
+     "code", "environment", "commit", "dirty",   # code digest, environment key, git state
+     "files": {"png": {"path", "sha256", "bytes"}, "pdf": ..., "csv": ...}}
+
+plus, per notebook a runner ran (``notebooks``), the fingerprint's parts (the notebook's digest, every
+code file it uses with its SHA-256, the data digest, the parameters) and the figures it made, and the
+environments the entries name (``environments``: package versions, the pinned font, FreeType, zlib).
+``unlisted`` names the figure files of the folder that no entry describes.
+
+The manifest changes only together with the files it describes: a figure set is staged and
+committed with its entries in one journaled step (:mod:`paged.experiments.notebook.figure_set`), under
+the folder's lock (:func:`locked`), so it always describes what is on disk.
 """
 
 from __future__ import annotations
@@ -20,26 +24,47 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import platform
+import os
+import shutil
 import subprocess
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 
-from paged.atomic import write_text
+from paged.atomic import sigint_held, write_text
 
-__all__ = ["REGENERATED", "FIGURE_METADATA_KEY", "figure_outputs", "package_versions", "git_state", "build_manifest", "write_manifest",
-           "update_manifest_entry", "PACKAGES", "MANIFEST_NAME"]
+__all__ = ["MANIFEST_NAME", "FIGURE_METADATA_KEY", "FIGURE_EXTENSIONS", "REGENERATED", "JOURNAL_NAME", "NEW_MANIFEST",
+           "file_entry", "figure_outputs", "figure_files", "git_state", "read_manifest", "write_manifest", "dumps",
+           "locked", "manifest_problems", "empty_manifest", "apply_journal", "recover"]
 
 #: The manifest's file name in a figure folder.
 MANIFEST_NAME = "MANIFEST.json"
-
 #: Key of the output metadata that describes a figure in an executed notebook (written by
 #: :func:`paged.experiments.notebook.plotting.save_figure`; here so that reading it needs no matplotlib).
 FIGURE_METADATA_KEY = "paged_figure"
-#: Distributions whose versions the manifest records.
-PACKAGES = ("paged", "numpy", "pandas", "matplotlib", "seaborn", "torch", "triton", "transformers", "papermill",
-            "nbconvert", "ipykernel", "ipywidgets", "joblib")
+#: The journal of a figure-set commit in progress, in the figure folder
+#: (:mod:`paged.experiments.notebook.figure_set`).
+JOURNAL_NAME = ".figures-commit.json"
+#: The new manifest of a commit, in its staging folder until the commit moves it.
+NEW_MANIFEST = f".{MANIFEST_NAME}.new"
+#: The files of one figure.
+FIGURE_EXTENSIONS = ("png", "pdf", "csv")
+#: What a run regenerates (figures, executed notebooks, the report; README.md's generated claims
+#: table): changes to them are not code changes, so they do not make ``dirty`` true.
+REGENERATED = ("figures", "build")
+
+
+def empty_manifest() -> dict:
+    """A manifest with no figure: ``{"environments": {}, "figures": [], "notebooks": {}, "unlisted": []}``."""
+    return {"environments": {}, "figures": [], "notebooks": {}, "unlisted": []}
+
+
+def file_entry(path: str | Path) -> dict:
+    """``{"path": file name, "sha256", "bytes"}`` of a file (None for both where it is missing)."""
+    path = Path(path)
+    if not path.is_file():
+        return {"path": path.name, "sha256": None, "bytes": None}
+    data = path.read_bytes()
+    return {"path": path.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
 def figure_outputs(notebook) -> list[dict]:
@@ -65,29 +90,29 @@ def figure_outputs(notebook) -> list[dict]:
     return found
 
 
-def package_versions() -> dict[str, str | None]:
-    """``{"python": version, distribution: version or None}`` for :data:`PACKAGES`."""
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
+def _readme_changed_outside_claims(root: str | Path) -> bool:
+    """True if README.md differs from HEAD's outside the generated claims table (which ``make
+    reproduce`` rewrites); False when only the table changed."""
+    from paged.experiments.notebook.claims import strip_claims_table
+
+    try:
+        head = subprocess.run(["git", "-C", str(root), "show", "HEAD:README.md"], capture_output=True, text=True,
+                              timeout=30)
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                             timeout=30)
+        now = (Path(top.stdout.strip()) / "README.md").read_text(encoding="utf-8")
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    return head.returncode != 0 or strip_claims_table(head.stdout) != strip_claims_table(now)
 
 
-#: Folders a run regenerates (figures, executed notebooks, the report): their changes are not code
-#: changes, so they do not make the manifest's or the report's ``dirty`` true.
-REGENERATED = ("figures", "build")
+def git_state(root: str | Path = ".", ignore=REGENERATED) -> dict:
+    """``{"commit": sha, "dirty": bool, "changed": [paths]}`` of the git work tree at ``root``
+    (``None`` for all three where git or a repository is missing).
 
-
-def git_state(root: str | Path = ".", ignore=()) -> dict:
-    """``{"commit": sha or None, "dirty": bool or None}`` of the git work tree at ``root``
-    (None where git or a repository is missing).
-
-    Args:
-        ignore: folders (relative to the work tree's top) whose changes do not count as dirty,
-            e.g. ``("figures", "build")``: files a run regenerates are not code.
+    ``changed`` lists the tracked files with uncommitted changes, except those under the folders
+    ``ignore`` names (relative to the work tree's top; default :data:`REGENERATED`) and README.md when
+    only its generated claims table changed: what a run regenerates is not a code change.
     """
     def git(*args):
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
@@ -97,79 +122,76 @@ def git_state(root: str | Path = ".", ignore=()) -> dict:
         status = git("status", "--porcelain", "--untracked-files=no", "--", ":/",
                      *(f":(top,exclude){folder}" for folder in ignore))
     except (OSError, subprocess.TimeoutExpired):
-        return {"commit": None, "dirty": None}
-    if head.returncode != 0:
-        return {"commit": None, "dirty": None}
-    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+        return {"commit": None, "dirty": None, "changed": None}
+    if head.returncode != 0 or status.returncode != 0:
+        return {"commit": None, "dirty": None, "changed": None}
+    changed = sorted(line[3:].split(" -> ")[-1] for line in status.stdout.splitlines() if line.strip())
+    if "README.md" in changed and not _readme_changed_outside_claims(root):
+        changed.remove("README.md")
+    return {"commit": head.stdout.strip(), "dirty": bool(changed), "changed": changed}
 
 
-def _file_entry(path: Path) -> dict:
-    if not path.is_file():
-        return {"path": path.name, "sha256": None, "bytes": None}
-    data = path.read_bytes()
-    return {"path": path.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-
-
-def build_manifest(notebooks, figures_dir: str | Path, *, root: str | Path = ".") -> dict:
-    """The manifest (module docstring) of the figures in ``figures_dir`` shown by ``notebooks``.
-
-    Args:
-        notebooks: executed notebooks (paths).
-        figures_dir: the folder holding the figure files.
-        root: the git work tree to read the commit from.
-
-    Returns:
-        ``{"commit", "dirty", "packages", "figures": [...], "unlisted": [...]}`` (``dirty``: the code had
-        uncommitted changes; regenerated folders, :data:`REGENERATED`, do not count): one entry per
-        figure (by name; a figure shown twice is listed once), and the figure files of
-        ``figures_dir`` that no notebook shows.
-
-    Raises:
-        FileNotFoundError: if ``figures_dir`` does not exist.
-    """
-    import nbformat
-
-    figures_dir = Path(figures_dir)
-    if not figures_dir.is_dir():
-        raise FileNotFoundError(f"figure folder {str(figures_dir)!r} does not exist")
-    figures = {}
-    for path in sorted(Path(p) for p in notebooks):
-        nb = nbformat.read(str(path), as_version=4)
-        source = nb.metadata.get("papermill", {}).get("input_path") or str(path)
-        for info in figure_outputs(nb):
-            figures.setdefault(info["name"], {
-                "name": info["name"], "number": info.get("number"), "section": info.get("section"),
-                "claim": info.get("claim"), "notebook": source, "executed": str(path),
-                "parameters": info.get("parameters", {}),
-                "files": {ext: _file_entry(figures_dir / name) for ext, name in sorted(info["files"].items())}})
-    shown = {entry["path"] for figure in figures.values() for entry in figure["files"].values()}
-    unlisted = sorted(p.name for p in figures_dir.iterdir()
-                      if p.suffix in (".png", ".pdf", ".csv") and p.name not in shown)
-    return {**git_state(root, ignore=REGENERATED), "packages": package_versions(),
-            "figures": [figures[name] for name in sorted(figures)], "unlisted": unlisted}
-
-
-def write_manifest(notebooks, figures_dir: str | Path, out: str | Path | None = None, *, root: str | Path = ".") -> Path:
-    """Write :func:`build_manifest` as JSON (sorted keys, 2-space indent, one trailing newline) to
-    ``out`` (default ``figures_dir/MANIFEST.json``). Returns the path.
-
-    Raises:
-        FileNotFoundError: as :func:`build_manifest`.
-    """
-    manifest = build_manifest(notebooks, figures_dir, root=root)
-    out = Path(out) if out is not None else Path(figures_dir) / MANIFEST_NAME
-    with _locked(out.parent):
-        write_text(out, _dumps(manifest))
-    return out
-
-
-def _dumps(manifest: dict) -> str:
+def dumps(manifest: dict) -> str:
+    """The manifest as written: JSON, sorted keys, 2-space indent, one trailing newline."""
     return json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
+def apply_journal(target: Path, journal: dict) -> None:
+    """Carry out a journal's renames (those not done yet), then drop the journal and the staging folder."""
+    staging = target / journal["staging"]
+    for name in journal["files"]:
+        if (staging / name).exists():
+            os.replace(staging / name, target / name)
+    if (staging / NEW_MANIFEST).exists():
+        os.replace(staging / NEW_MANIFEST, target / MANIFEST_NAME)
+    (target / JOURNAL_NAME).unlink(missing_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def recover(target: str | Path) -> bool:
+    """Finish a commit into ``target`` that was interrupted after its journal was written (module
+    docstring). True if there was one. Idempotent; O(files of that commit)."""
+    path = Path(target) / JOURNAL_NAME
+    try:
+        journal = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False
+    except ValueError:  # the journal is written atomically: unreadable means not ours; leave it
+        return False
+    with sigint_held():
+        apply_journal(Path(target), journal)
+    return True
+
+
+def read_manifest(folder: str | Path) -> dict:
+    """The manifest of ``folder`` (:func:`empty_manifest` where there is none, or it cannot be read
+    as one, e.g. an older format without ``notebooks``), with any interrupted commit finished first
+    (:func:`recover`)."""
+    folder = Path(folder)
+    recover(folder)
+    try:
+        manifest = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return empty_manifest()
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("figures"), list):
+        return empty_manifest()
+    return {**empty_manifest(), **manifest}
+
+
+def write_manifest(folder: str | Path, manifest: dict) -> Path:
+    """Write ``manifest`` to ``folder/MANIFEST.json`` atomically (:mod:`paged.atomic`). Returns the path."""
+    out = Path(folder) / MANIFEST_NAME
+    write_text(out, dumps(manifest))
+    return out
+
+
 @contextmanager
-def _locked(folder: Path):
-    """An exclusive lock on ``folder``'s manifest (a lock file beside it, held for the block)."""
+def locked(folder: str | Path):
+    """An exclusive lock on ``folder``'s figures and manifest (a lock file beside the manifest, held
+    for the block): two notebooks committing figure sets into one folder (``make reproduce`` with
+    two workers) take turns."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f".{MANIFEST_NAME}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -178,20 +200,34 @@ def _locked(folder: Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def update_manifest_entry(figures_dir: str | Path, name: str, paths: dict[str, Path]) -> bool:
-    """Give the figure ``name`` in ``figures_dir/MANIFEST.json`` the SHA-256 and sizes of the files it
-    was just saved to (``paths``: extension → path). True if the manifest lists the figure and was
-    rewritten; False (nothing written) when there is no manifest, it cannot be read, or it does not
-    list the figure: the next ``make reproduce`` adds it. O(manifest size + the files' bytes)."""
-    out = Path(figures_dir) / MANIFEST_NAME
-    if not out.is_file():
-        return False
-    with _locked(out.parent):
-        try:
-            manifest = json.loads(out.read_text(encoding="utf-8"))
-            entry = next(f for f in manifest["figures"] if f.get("name") == name)
-        except (OSError, ValueError, KeyError, TypeError, StopIteration):
-            return False
-        entry["files"] = {ext: _file_entry(Path(path)) for ext, path in sorted(paths.items())}
-        write_text(out, _dumps(manifest))
-    return True
+def figure_files(folder: str | Path) -> list[str]:
+    """The names of the figure files (PNG, PDF, CSV) in ``folder``, sorted."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir()
+                  if p.is_file() and p.suffix[1:] in FIGURE_EXTENSIONS and not p.name.startswith("."))
+
+
+def manifest_problems(folder: str | Path, manifest: dict | None = None) -> list[str]:
+    """Where ``folder``'s files and its manifest disagree, one line each: a listed file missing or
+    with other bytes than recorded, a figure file no entry lists. ``[]`` when the manifest is true.
+
+    Args:
+        manifest: the manifest to check (default: :func:`read_manifest` of ``folder``).
+    """
+    folder = Path(folder)
+    manifest = read_manifest(folder) if manifest is None else manifest
+    problems, listed = [], set()
+    for figure in manifest["figures"]:
+        for entry in figure.get("files", {}).values():
+            listed.add(entry["path"])
+            now = file_entry(folder / entry["path"])
+            if now["sha256"] is None:
+                problems.append(f"{entry['path']}: listed in {MANIFEST_NAME} but missing")
+            elif now["sha256"] != entry.get("sha256"):
+                problems.append(f"{entry['path']}: its bytes are not those {MANIFEST_NAME} records "
+                                "(written by something other than save_figure)")
+    problems += [f"{name}: a figure file {MANIFEST_NAME} does not list" for name in figure_files(folder)
+                 if name not in listed]
+    return problems

@@ -15,10 +15,10 @@ Backend: outside a kernel matplotlib is switched to the headless Agg backend; in
 kernel's own backend (inline) is kept. ``matplotlib.use("Agg", force=False)`` would switch the
 backend in a kernel too (``force`` only silences errors), so :func:`in_kernel` decides instead.
 
-Provenance (notebook, parameters, package versions, commit, file hashes) is kept out of the image
-files, which stay byte-stable: the displayed PNG carries it as output metadata
-(:data:`FIGURE_METADATA_KEY`), from which :mod:`paged.experiments.notebook.report` writes
-``figures/MANIFEST.json``.
+Provenance (notebook, parameters, code, environment, file hashes) is kept out of the image files,
+which stay byte-stable: each saved figure's entry in its folder's ``MANIFEST.json``
+(:mod:`paged.experiments.notebook.manifest`), and the displayed PNG's output metadata
+(:data:`FIGURE_METADATA_KEY`), which the report reads.
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.layout_engine import ConstrainedLayoutEngine  # noqa: E402
 
 from paged.atomic import atomic_path  # noqa: E402
-from paged.experiments.notebook.manifest import FIGURE_METADATA_KEY, update_manifest_entry  # noqa: E402
+from paged.experiments.notebook.manifest import FIGURE_METADATA_KEY  # noqa: E402
+from paged.experiments.notebook.provenance import FILE_RC, FONT_FAMILY, pinned_font  # noqa: E402
 
-__all__ = ["use_style", "save_figure", "title_figure", "figure_title", "mark_computed", "show_figure",
+__all__ = ["use_style", "pinned_font", "FONT_FAMILY", "FILE_RC", "SavedFigure", "save_figure", "title_figure", "figure_title", "mark_computed", "show_figure",
            "figure_png", "figure_metadata", "in_kernel", "SYSTEM_COLORS", "COMPUTED_LABEL", "FIGURE_METADATA_KEY"]
 
 #: One colour per serving system, the same in every figure.
@@ -69,15 +70,16 @@ _COMPUTED_HATCH = "///"
 
 
 def use_style() -> None:
-    """The project's seaborn style (white grid, paper context, colour-blind palette); PDFs embed
-    TrueType fonts (``pdf.fonttype`` 42), not Type 3, which many publishers' checks reject. In a
-    kernel, DataFrames display as whole, left-aligned tables (:func:`~paged.experiments.notebook.tables.use_table_format`)."""
+    """The project's seaborn style (white grid, paper context, colour-blind palette) in the pinned
+    font (:data:`FONT_FAMILY`, mathtext too); PDFs embed TrueType fonts (``pdf.fonttype`` 42), not
+    Type 3, which many publishers' checks reject. In a kernel, DataFrames display as whole,
+    left-aligned tables (:func:`~paged.experiments.notebook.tables.use_table_format`)."""
     from paged.experiments.notebook.tables import use_table_format
 
     use_table_format()
     sns.set_theme(context="paper", style="whitegrid", palette="colorblind", font_scale=1.1)
-    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight",
-                         "svg.hashsalt": "paged", "pdf.compression": 6, "pdf.fonttype": 42, "ps.fonttype": 42})
+    plt.rcParams.update({"figure.dpi": 110, **FILE_RC, "font.family": "sans-serif", "font.sans-serif": [FONT_FAMILY],
+                         "mathtext.fontset": "dejavusans"})
 
 
 def figure_title(claim: str, number: str | int | None = None, *, section: str | None = None) -> str:
@@ -172,17 +174,27 @@ def show_figure(fig: Figure | bytes, *, handle=None, metadata: dict | None = Non
     return display(image, metadata=metadata or {}, display_id=True)
 
 
+class SavedFigure(dict):
+    """``{"png": path, "pdf": path, "csv": path}`` of a saved figure, with the PNG's bytes as
+    ``png_bytes`` (the files may still be staged for a runner's commit when the call returns)."""
+
+    png_bytes: bytes = b""
+
+
 def save_figure(fig: Figure, data: pd.DataFrame, name: str, output_dir: str | Path = "figures", *,
                 number: str | int | None = None, claim: str | None = None, section: str | None = None,
-                show: bool | None = None) -> dict[str, Path]:
-    """Save ``fig`` as PNG and PDF and ``data`` as CSV under ``output_dir``; in a kernel, show it.
+                show: bool | None = None) -> SavedFigure:
+    """Save ``fig`` as PNG and PDF and ``data`` as CSV under ``output_dir``, with the figure's
+    manifest entry; in a kernel, show it.
 
     Metadata that would change between runs (creation dates, software versions in PNG text)
-    is fixed or dropped, so identical inputs give identical bytes. Each file is written to a
-    temporary name and renamed (:mod:`paged.atomic`), and an existing ``MANIFEST.json`` in
-    ``output_dir`` that lists the figure gets the new files' hashes
-    (:func:`paged.experiments.notebook.manifest.update_manifest_entry`), so an interrupted notebook leaves
-    every file complete and the manifest true.
+    is fixed or dropped, and the font is pinned (:func:`use_style`), so identical inputs give
+    identical bytes. The three files and the entry in ``output_dir/MANIFEST.json`` (name, claim,
+    the notebook's parameters, what ran it, code and environment digests, the files' SHA-256)
+    change together (:mod:`paged.experiments.notebook.figure_set`): an interrupted save leaves the
+    old set and its entry, or the new set and its entry. When a runner
+    (:func:`paged.experiments.notebook.execute.run_notebook`) stages this folder, the files go to its
+    staging folder and appear with the rest of the notebook's figures when the notebook ends.
 
     Args:
         fig: a matplotlib Figure.
@@ -196,32 +208,76 @@ def save_figure(fig: Figure, data: pd.DataFrame, name: str, output_dir: str | Pa
             outside one the figure stays open for the caller.
 
     Returns:
-        ``{"png": path, "pdf": path, "csv": path}``.
+        The :class:`SavedFigure` (``{"png": path, "pdf": path, "csv": path}`` in ``output_dir``).
 
     Raises:
         ValueError: if ``name`` is empty or contains a path separator, or the claim is not one line.
     """
+    from paged.experiments.notebook import figure_set
+    from paged.experiments.notebook.parameters import checked_parameters
+    from paged.experiments.notebook.provenance import run_context
+
     if not name or "/" in name or "\\" in name:
         raise ValueError(f"figure name must be a plain file stem, got {name!r}")
     if claim is not None:
         title_figure(fig, claim, number, section=section)
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {ext: out / f"{name}.{ext}" for ext in ("png", "pdf", "csv")}
-    # Each file is written beside its target and renamed (paged.atomic): an interrupted save leaves
-    # the old complete file, never half of a new one.
-    with atomic_path(paths["png"]) as tmp:
-        fig.savefig(tmp, format="png", metadata={"Software": None})
-    with atomic_path(paths["pdf"]) as tmp, plt.rc_context({"pdf.fonttype": 42}):  # TrueType, never Type 3
-        fig.savefig(tmp, format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None,
-                                                 "Creator": None})
-    with atomic_path(paths["csv"]) as tmp:
-        data.to_csv(tmp, index=False, float_format="%.6g", lineterminator="\n")
-    update_manifest_entry(out, name, paths)
+    context = run_context()
+    by_runner = bool(context and context.get("staging") and _same_folder(out, context.get("target")))
+    staging = Path(context["staging"]) if by_runner else figure_set.new_staging(out, name)
+    staged = {ext: staging / f"{name}.{ext}" for ext in ("png", "pdf", "csv")}
+    try:
+        with atomic_path(staged["png"]) as tmp:
+            fig.savefig(tmp, format="png", metadata={"Software": None})
+        with atomic_path(staged["pdf"]) as tmp, plt.rc_context({"pdf.fonttype": 42}):  # TrueType, never Type 3
+            fig.savefig(tmp, format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None,
+                                                     "Creator": None})
+        with atomic_path(staged["csv"]) as tmp:
+            data.to_csv(tmp, index=False, float_format="%.6g", lineterminator="\n")
+        png = staged["png"].read_bytes()
+        figure_set.stage_entry(staging, {"name": name, "number": None if number is None else str(number),
+                                         "claim": claim, "section": section, "parameters": checked_parameters(),
+                                         "files": {ext: {"path": path.name} for ext, path in staged.items()}})
+        if not by_runner:
+            provenance, environments = _provenance_outside_runner()
+            figure_set.commit(staging, out, provenance=provenance, environments=environments)
+    finally:
+        if not by_runner:
+            figure_set.discard(staging)
+    paths = SavedFigure({ext: out / f"{name}.{ext}" for ext in ("png", "pdf", "csv")})
+    paths.png_bytes = png
     if in_kernel() if show is None else show:
-        show_figure(paths["png"].read_bytes(), metadata=figure_metadata(name, paths, number, claim, section))
+        show_figure(png, metadata=figure_metadata(name, paths, number, claim, section))
         plt.close(fig)
     return paths
+
+
+def _same_folder(a: str | Path, b: str | Path | None) -> bool:
+    return b is not None and Path(a).resolve() == Path(b).resolve()
+
+
+def _provenance_outside_runner() -> tuple[dict, dict]:
+    """Provenance of a figure saved where no runner stages the folder (JupyterLab, plain papermill, a
+    script): ``run`` "interactive" (a Jupyter server's kernel, whose notebook is known) or "kernel"
+    or "script", no fingerprint, the digest of the ``paged`` files loaded in this process, the
+    environment and the checkout's git state. Returns ``(provenance, {environment key: environment})``."""
+    import os
+
+    from paged.experiments.notebook.manifest import git_state
+    from paged.experiments.notebook.provenance import PACKAGE_ROOT, digest, environment, environment_digest
+
+    session = os.environ.get("JPY_SESSION_NAME")
+    loaded = sorted({Path(m.__file__).resolve() for name, m in list(sys.modules.items())
+                     if (name == "paged" or name.startswith("paged.")) and getattr(m, "__file__", None)})
+    code = digest([[p.relative_to(PACKAGE_ROOT.parent).as_posix(), digest(p.read_bytes())] for p in loaded
+                   if p.is_file() and p.is_relative_to(PACKAGE_ROOT.parent)])
+    env = environment()
+    key = environment_digest(env)
+    state = git_state(PACKAGE_ROOT.parent)
+    provenance = {"run": "interactive" if session else "kernel" if in_kernel() else "script",
+                  "notebook": Path(session).stem if session else None, "fingerprint": None, "code": code,
+                  "environment": key, "commit": state["commit"], "dirty": state["dirty"]}
+    return provenance, {key: env}
 
 
 def figure_metadata(name: str, paths: dict[str, Path], number=None, claim=None, section=None, **extra) -> dict:

@@ -101,7 +101,8 @@ def _paper_section(nb) -> list:
     return cells
 
 
-def report_notebook(notebooks, *, title: str = "PagedAttention reproduction: report", root: str | Path = "."):
+def report_notebook(notebooks, *, title: str = "PagedAttention reproduction: report", root: str | Path = ".",
+                    figures: str | Path | None = None):
     """The report (module docstring) as one ``nbformat`` notebook, from executed notebook paths
     (``root``: the git work tree whose commit the report names).
 
@@ -152,7 +153,7 @@ def report_notebook(notebooks, *, title: str = "PagedAttention reproduction: rep
 
 
 def build_report(notebooks, out: str | Path, *, title: str = "PagedAttention reproduction: report",
-                 root: str | Path = ".") -> Path:
+                 root: str | Path = ".", figures: str | Path | None = None) -> Path:
     """Write the report of the executed ``notebooks`` to ``out`` (one HTML file). Returns the path.
 
     Raises:
@@ -166,7 +167,7 @@ def build_report(notebooks, out: str | Path, *, title: str = "PagedAttention rep
                             exclude_output_prompt=True, embed_images=True)
     from paged.experiments.notebook.tables import TABLE_CSS
 
-    html, _ = exporter.from_notebook_node(report_notebook(notebooks, title=title, root=root),
+    html, _ = exporter.from_notebook_node(report_notebook(notebooks, title=title, root=root, figures=figures),
                                           resources={"metadata": {"name": title}, "paged_table_css": TABLE_CSS})
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""figures/MANIFEST.json and the HTML report, from notebooks executed with papermill (a tiny run)."""
+"""The HTML report, from notebooks executed with papermill (a tiny run)."""
 
 import hashlib
 import json
@@ -9,7 +9,6 @@ import nbformat
 import pytest
 
 from paged.experiments.notebook.kernel import execute_notebook
-from paged.experiments.notebook.manifest import build_manifest, write_manifest
 from paged.experiments.notebook.report import build_report
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -47,35 +46,10 @@ def executed(tmp_path_factory):
     return sorted(out.glob("*.ipynb")), figures
 
 
-def test_manifest_lists_every_figure_with_its_notebook_parameters_and_hashes(executed, tmp_path):
-    notebooks, figures = executed
-    path = write_manifest(notebooks, figures, tmp_path / "MANIFEST.json", root=ROOT)
-    manifest = json.loads(path.read_text())
-    names = {f["name"] for f in manifest["figures"]}
-    assert {"tour_reservation", "tour_scheduler", "fig99_small"} <= names and len(names) == 7
-    small = next(f for f in manifest["figures"] if f["name"] == "fig99_small")
-    assert small["number"] == "99" and small["claim"] == "A small figure"
-    assert small["parameters"] == {"requests": 5, "output_dir": str(figures)}
-    assert small["notebook"].endswith("09_small.ipynb")
-    png = small["files"]["png"]
-    assert png["sha256"] == hashlib.sha256((figures / "fig99_small.png").read_bytes()).hexdigest()
-    assert re.fullmatch(r"[0-9a-f]{40}", manifest["commit"]) and manifest["packages"]["matplotlib"]
-    assert manifest["unlisted"] == []
-
-
 def test_manifest_keeps_provenance_out_of_the_image_files(executed):
     notebooks, figures = executed
     png = (figures / "fig99_small.png").read_bytes()
     assert b"requests" not in png and b"Software" not in png
-
-
-def test_manifest_names_files_no_notebook_shows(executed, tmp_path):
-    notebooks, figures = executed
-    (figures / "stray.png").write_bytes(b"x")
-    try:
-        assert build_manifest(notebooks, figures)["unlisted"] == ["stray.png"]
-    finally:
-        (figures / "stray.png").unlink()
 
 
 def test_report_is_one_self_contained_html_file(executed, tmp_path):
