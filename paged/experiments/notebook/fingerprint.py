@@ -1,8 +1,8 @@
-"""What a run's results depend on, as short hashes: the package's code and data, a notebook's cells.
+"""The package's code and data as one short hash, for results kept between calls in one process.
 
-A sweep reuses a finished run only when both hashes match the ones the run recorded
-(:mod:`paged.experiments.notebook.sweep`), and :func:`~paged.experiments.notebook.jobs.run_jobs`
-keys the results it keeps for a rerun on them. The code hash covers every file of the installed
+:func:`~paged.experiments.notebook.jobs.run_jobs` keys the results it keeps for a rerun of a failed
+sweep on it (a notebook's runs use :mod:`paged.experiments.notebook.provenance`, which follows the
+modules a notebook reaches). The hash covers every file of the installed
 ``paged`` package and of its data (``paged.data``: traces, model configs, the shipped model),
 ``__pycache__`` and compiled objects aside, so a worker with another version of the package gets
 another hash. Reading them costs about 0.1 s once per process (about 20 MB, mostly the model).
@@ -11,11 +11,10 @@ another hash. Reading them costs about 0.1 s once per process (about 20 MB, most
 from __future__ import annotations
 
 import hashlib
-import json
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["code_fingerprint", "notebook_fingerprint"]
+__all__ = ["code_fingerprint"]
 
 _SKIP_SUFFIXES = {".pyc", ".pyo", ".so", ".dll", ".dylib"}
 
@@ -35,19 +34,3 @@ def code_fingerprint() -> str:
             digest.update(f"{root.name}/{rel.as_posix()}\0".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-def notebook_fingerprint(notebook: str | Path) -> str:
-    """16 hex digits of a hash of the notebook's cells (type, source, tags), outputs and execution
-    counts aside: executing a notebook, or saving it with outputs, does not change it.
-
-    Raises:
-        OSError: if the notebook cannot be read; ValueError if it is not a notebook (JSON with cells).
-    """
-    try:
-        cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise ValueError(f"{notebook}: not a Jupyter notebook (no cells)") from None
-    kept = [(c.get("cell_type"), "".join(c.get("source", "")), sorted(c.get("metadata", {}).get("tags", [])))
-            for c in cells]
-    return hashlib.blake2b(json.dumps(kept).encode(), digest_size=8).hexdigest()

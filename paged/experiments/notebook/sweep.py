@@ -7,7 +7,7 @@ too), each run in a folder named by its parameters (:mod:`~paged.experiments.not
 * A failing run does not stop the others; its folder keeps the executed notebook, which shows
   the error, and the summary names the error's last line.
 * Running the same sweep again skips every run that finished with the same parameters, notebook
-  and code (:mod:`~paged.experiments.notebook.fingerprint`), and reruns the failed, interrupted and
+  and code (:func:`sweep_identity`), and reruns the failed, interrupted and
   missing ones; ``force=True`` reruns all.
 * Ctrl-C stops the sweep: finished runs stay, the runs under way are marked ``interrupted`` and
   :class:`SweepInterrupted` (a KeyboardInterrupt) says how to resume.
@@ -34,7 +34,7 @@ from paged.experiments.notebook.jobs import cluster, run_jobs  # noqa: F401 - th
 from paged.experiments.notebook.run_folder import (PARTIAL, SweepLock, now, read_record, run_name, write_record)
 
 __all__ = ["run_jobs", "cluster", "parameter_grid", "check_parameter_names", "run_notebook", "sweep_notebook",
-           "SweepInterrupted", "MANIFEST", "SUMMARY"]
+           "execute_run", "sweep_identity", "SweepInterrupted", "MANIFEST", "SUMMARY"]
 
 #: The sweep's own files in ``out_dir``.
 MANIFEST, SUMMARY = "sweep.json", "summary.csv"
@@ -95,14 +95,32 @@ def check_parameter_names(notebook: str | Path, parameter_sets: list[dict]) -> N
                          f"its parameters are {', '.join(sorted(declared)) or '(none)'}")
 
 
-def run_notebook(notebook: str, out: str, name: str, parameters: dict, *, attempt: str, kernel: str | None = None,
-                 code: str = "", notebook_hash: str = "") -> dict:
-    """Execute one run of a sweep: ``notebook`` with ``parameters`` in ``out/NAME.partial-ATTEMPT``,
-    renamed to ``out/NAME`` when it ends (replacing an earlier run of that name).
+def run_notebook(notebook: str, output: str, parameters: dict, kernel: str | None = None) -> dict:
+    """One notebook into ``output`` (:func:`paged.experiments.notebook.execute.run_notebook`: its
+    figures committed as one set, quiet on Ctrl-C), as a job of :func:`run_jobs` (``make quick``).
+
+    A failing notebook does not raise: its error is returned, so one bad parameter set does not
+    lose the other runs.
+
+    Returns:
+        ``{"output": path, "seconds": wall time, "error": None or the error's last line}``.
+    """
+    start = time.perf_counter()
+    run, error = _execute(notebook, Path(output), dict(parameters), kernel, runner="make quick")
+    return {"output": run.output if run else str(output), "seconds": time.perf_counter() - start, "error": error}
+
+
+def execute_run(notebook: str, out: str, name: str, parameters: dict, *, attempt: str, kernel: str | None = None,
+                code: str = "", notebook_hash: str = "") -> dict:
+    """One run of a sweep: ``notebook`` with ``parameters`` in ``out/NAME.partial-ATTEMPT``, renamed to
+    ``out/NAME`` when it ends (replacing an earlier run of that name).
 
     The run's figures go to its ``figures/`` folder unless ``parameters`` set ``output_dir``; its
-    cells' output is logged to ``run.log`` as they run; ``run.json`` holds its record. A failing
-    notebook does not raise: its error is recorded and its executed notebook, which shows it, kept.
+    cells' output is logged to ``run.log`` as they run (and its kernel's own messages, after a
+    failure, to ``NOTEBOOK.log``); ``run.json`` holds its record. A failing notebook does not raise:
+    its error is recorded and its executed notebook, which shows it, kept. A worker whose code or
+    notebook is not the sweep's (``code``, ``notebook_hash``: :func:`sweep_identity`) records why
+    and runs nothing.
 
     Returns:
         The run's record (:func:`~paged.experiments.notebook.run_folder.write_record`), with
@@ -111,14 +129,15 @@ def run_notebook(notebook: str, out: str, name: str, parameters: dict, *, attemp
     out_path = Path(out)
     partial, final = out_path / f"{name}{PARTIAL}{attempt}", out_path / name
     partial.mkdir(parents=True)
-    executed = partial / Path(notebook).name
-    params = {"output_dir": str(partial / "figures"), **parameters}
     write_record(partial, notebook=Path(notebook).name, parameters=parameters, status="running", error=None,
                  seconds=None, started=now(), ended=None, host=socket.gethostname(), pid=os.getpid(),
                  attempt=attempt, code=code, notebook_hash=notebook_hash)
     start = time.perf_counter()
-    error = _mismatch(notebook, code, notebook_hash) or _execute(notebook, executed, params, kernel,
-                                                                 partial / "run.log")
+    error = _mismatch(notebook, code, notebook_hash)
+    if error is None:
+        error = _execute(notebook, partial / Path(notebook).name, parameters, kernel, runner="sweep",
+                         figures=None if "output_dir" in parameters else partial / "figures",
+                         log=partial / "run.log")[1]
     seconds = round(time.perf_counter() - start, 3)
     _repoint(partial, final)
     write_record(partial, status="failed" if error else "finished", error=error, seconds=seconds, ended=now())
@@ -130,81 +149,85 @@ def run_notebook(notebook: str, out: str, name: str, parameters: dict, *, attemp
     return {**read_record(final), "folder": name}
 
 
-def _mismatch(notebook: str, code: str, notebook_hash: str) -> str | None:
-    """Why this worker must not run the sweep's run (another version of the package, another or no
-    copy of the notebook: its results would not be the sweep's), or None."""
-    from paged.experiments.notebook.fingerprint import code_fingerprint, notebook_fingerprint
+def sweep_identity(notebook: str | Path) -> tuple[str, str]:
+    """``(code, notebook)``: hashes of what a sweep's runs depend on besides their parameters (the
+    package modules the notebook reaches, the package data, the environment; the notebook's cells:
+    :mod:`paged.experiments.notebook.provenance`). A run is reused only when both match."""
+    from paged.experiments.notebook.provenance import (code_dependencies, data_digest, digest, environment_digest,
+                                                       notebook_digest)
 
+    code = digest({"code": code_dependencies(notebook), "data": data_digest(), "environment": environment_digest()})
+    return code[:16], notebook_digest(notebook)[:16]
+
+
+def _mismatch(notebook: str, code: str, notebook_hash: str) -> str | None:
+    """Why this worker must not run the sweep's run (other code or packages, another or no copy of
+    the notebook: its results would not be the sweep's), or None."""
     host = socket.gethostname()
-    if code and code_fingerprint() != code:
-        return (f"PackageMismatch: {host} has another version of the paged package (code {code_fingerprint()}, the "
-                f"sweep's {code}); install the same version on every worker")
     try:
-        same = not notebook_hash or notebook_fingerprint(notebook) == notebook_hash
+        here = sweep_identity(notebook)
     except OSError:
         return f"FileNotFoundError: {host} cannot read {notebook}; put it on a file system every worker shares"
-    return None if same else (f"NotebookMismatch: {notebook} on {host} is not the sweep's notebook; put it on a "
-                              "file system every worker shares")
+    if code and here[0] != code:
+        return (f"PackageMismatch: {host} has another version of the paged package or of the packages it uses "
+                f"(code {here[0]}, the sweep's {code}); install the same versions on every worker")
+    if notebook_hash and here[1] != notebook_hash:
+        return (f"NotebookMismatch: {notebook} on {host} is not the sweep's notebook; put it on a file system "
+                "every worker shares")
+    return None
 
 
-def _logged_kernel_manager(log: Path):
-    """:class:`~paged.experiments.notebook.kernel.ThisPythonKernelManager` whose kernel process writes
-    its own stdout and stderr (ipykernel's log lines, a C library's messages, its shutdown noise on
-    Ctrl-C) to ``log`` instead of this terminal: a sweep's runs keep their diagnostics apart."""
-    from paged.experiments.notebook.kernel import ThisPythonKernelManager
-
-    class RunKernelManager(ThisPythonKernelManager):
-        async def _async_launch_kernel(self, kernel_cmd, **kw):  # jupyter_client's documented override point
-            with open(log, "a", encoding="utf-8") as stream:  # the child keeps its own copy of the descriptor
-                kw["stdout"] = kw["stderr"] = stream
-                return await super()._async_launch_kernel(kernel_cmd, **kw)
-
-    return RunKernelManager
+def _last_line(text: str) -> str:
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
 
 
-def _execute(notebook: str, output: Path, parameters: dict, kernel: str | None, log: Path) -> str | None:
-    """Run the notebook with papermill into ``output``, its cells' output and its kernel's own
-    messages logged to ``log``; the error's last line, or None when it ran to the end."""
+def _execute(notebook: str, output: Path, parameters: dict, kernel: str | None, *, runner: str,
+             figures: Path | None = None, log: Path | None = None):
+    """:func:`paged.experiments.notebook.execute.run_notebook`, with papermill's log (each cell's output,
+    as it comes) in ``log``; ``(its NotebookRun or None, the error's last line or None)``. Errors
+    other than a cell's (no kernel could start, the kernel died) are a failed run too."""
     import logging
 
-    import papermill as pm
-
-    from paged.experiments.notebook.kernel import KERNEL_NAME
+    from paged.experiments.notebook.execute import run_notebook as execute
 
     logger = logging.getLogger("papermill")
-    handler = logging.FileHandler(log, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    handler = logging.FileHandler(log, encoding="utf-8") if log else None
     saved = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False  # the run's output goes to its log, not this process's stderr
+    if handler:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # the run's output goes to its log, not this process's stderr
     try:
-        pm.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(Path(notebook).parent),
-                            kernel_name=kernel or KERNEL_NAME, kernel_manager_class=_logged_kernel_manager(log),
-                            progress_bar=False, log_output=True)
-        return None
-    except pm.PapermillExecutionError as err:  # a complete notebook that shows its error: kept
-        return f"{err.ename}: {str(err.evalue).strip().splitlines()[-1] if str(err.evalue).strip() else ''}".rstrip(": ")
+        run = execute(notebook, output, parameters, figures=figures, kernel=kernel, runner=runner,
+                      log_output=handler is not None)
+        if run.error is None:
+            return run, None
+        name, _, message = run.error.partition(": ")
+        return run, f"{name}: {_last_line(message)}".rstrip(": ")
     except Exception as err:  # noqa: BLE001 - the kernel died, papermill could not start it...: a failed run
-        return f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}".rstrip(": ")
+        return None, f"{type(err).__name__}: {_last_line(str(err))}".rstrip(": ")
     finally:
-        logger.removeHandler(handler)
-        handler.close()
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
+        if handler:
+            logger.removeHandler(handler)
+            handler.close()
+            logger.setLevel(saved[0])
+            logger.propagate = saved[1]
 
 
 def _repoint(partial: Path, final: Path) -> None:
-    """Rewrite the partial folder's path to the final one in the run's text files (the executed
-    notebook names its ``output_dir``; its figures' metadata their parameters)."""
-    old, new = str(partial), str(final)
+    """Name the final folder instead of the partial one in the run's text files: the executed
+    notebook records its ``output_dir`` (absolute, or relative to the notebook's folder) and its
+    figures' parameters, the log its paths. The partial name holds the attempt's random id, so
+    nothing else matches it."""
+    from paged.atomic import write_text
+
     for path in partial.iterdir():
         if path.suffix in (".ipynb", ".log") and path.is_file():
             text = path.read_text(encoding="utf-8", errors="replace")
-            if old in text:
-                from paged.atomic import write_text
-
-                write_text(path, text.replace(old, new))
+            if partial.name in text:
+                write_text(path, text.replace(partial.name, final.name))
 
 
 def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: str | Path, *, workers: int = 1,
@@ -229,7 +252,6 @@ def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: st
             (:class:`~paged.experiments.notebook.run_folder.SweepLocked`).
         SweepInterrupted: on Ctrl-C, after marking the runs under way and writing the summary.
     """
-    from paged.experiments.notebook.fingerprint import code_fingerprint, notebook_fingerprint
     from paged.experiments.notebook.sweep_summary import interrupted_message, summarize
 
     notebook = Path(notebook).resolve()
@@ -241,7 +263,7 @@ def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: st
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with SweepLock(out):
-        code, nb_hash = code_fingerprint(), notebook_fingerprint(notebook)
+        code, nb_hash = sweep_identity(notebook)
         _write_manifest(out, notebook, grid if grid is not None else parameter_sets, names, parameter_sets, code)
         attempt = secrets.token_hex(3)
         jobs, skipped = [], 0
@@ -256,7 +278,7 @@ def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: st
             print(f"{skipped} of {len(names)} runs already finished with these parameters and code: kept "
                   f"(--force reruns them)", flush=True)
         try:
-            records = run_jobs(run_notebook, jobs, workers=workers, desc=notebook.stem)
+            records = run_jobs(execute_run, jobs, workers=workers, desc=notebook.stem)
         except KeyboardInterrupt:
             for name in names:
                 partial = out / f"{name}{PARTIAL}{attempt}"

@@ -95,10 +95,10 @@ def summarize(out: str | Path, notebook: str | Path, names: list[str], parameter
     """The sweep's summary table (module docstring), written to ``out/summary.csv`` (atomically);
     with ``figure``, ``out/summary.png`` and ``.pdf`` too, where there is something to plot."""
     from paged.atomic import atomic_path
-    from paged.experiments.notebook.fingerprint import code_fingerprint, notebook_fingerprint
+    from paged.experiments.notebook.sweep import sweep_identity
 
     out, notebook = Path(out), Path(notebook)
-    code, nb_hash = code_fingerprint(), notebook_fingerprint(notebook)
+    code, nb_hash = sweep_identity(notebook)
     rows = []
     for name, params in zip(names, parameter_sets):
         folder, record = _run_state(out, name, code, nb_hash)

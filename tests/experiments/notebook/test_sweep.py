@@ -345,19 +345,17 @@ def test_a_kernel_started_under_cluster_for_children_runs_its_jobs_on_that_clust
 def test_a_worker_with_another_package_or_notebook_does_not_run(tmp_path):
     """A cluster worker whose package or notebook differs from the sweep's records a failed run
     saying why, without starting a kernel (its results would not be this code's)."""
-    from paged.experiments.notebook.fingerprint import code_fingerprint, notebook_fingerprint
-    from paged.experiments.notebook.sweep import run_notebook
+    from paged.experiments.notebook.sweep import execute_run, sweep_identity
 
     nb = _notebook(tmp_path / "nb.ipynb")
-    record = run_notebook(str(nb), str(tmp_path), "x=2", {"x": 2}, attempt="a1", code="0" * 16,
-                          notebook_hash=notebook_fingerprint(nb))
+    code, nb_hash = sweep_identity(nb)
+    record = execute_run(str(nb), str(tmp_path), "x=2", {"x": 2}, attempt="a1", code="0" * 16, notebook_hash=nb_hash)
     assert record["status"] == "failed" and record["error"].startswith("PackageMismatch: ")
-    assert f"code {code_fingerprint()}, the sweep's {'0' * 16}" in record["error"]
-    record = run_notebook(str(nb), str(tmp_path), "x=3", {"x": 3}, attempt="a2", code=code_fingerprint(),
-                          notebook_hash="1" * 16)
+    assert f"(code {code}, the sweep's {'0' * 16})" in record["error"]
+    record = execute_run(str(nb), str(tmp_path), "x=3", {"x": 3}, attempt="a2", code=code, notebook_hash="1" * 16)
     assert record["error"].startswith("NotebookMismatch: ") and record["folder"] == "x=3"
-    record = run_notebook(str(tmp_path / "gone.ipynb"), str(tmp_path), "x=4", {"x": 4}, attempt="a3",
-                          code=code_fingerprint(), notebook_hash="1" * 16)
+    record = execute_run(str(tmp_path / "gone.ipynb"), str(tmp_path), "x=4", {"x": 4}, attempt="a3", code=code,
+                         notebook_hash=nb_hash)
     assert record["error"].startswith("FileNotFoundError: ") and "shares" in record["error"]
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["x=2", "x=3", "x=4"]
 
