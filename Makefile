@@ -52,9 +52,9 @@ quick: $(STAMP) ## Check an installation: every notebook with small parameters i
 reproduce: $(STAMP) ## Rerun the notebooks whose figures are out of date (and say why), then README.md's claims table; -j2: two at once
 	@$(call interruptible,$(PY) -m paged.experiments.notebook.reproduce --notebooks notebooks --figures $(FIGURES) --executed $(EXECUTED) --workers $(JOBS))
 
-nb: $(STAMP) ## Run one notebook into build/notebooks/ and its figures into figures/: make nb NB=03
+nb: $(STAMP) ## Run one notebook into build/notebooks/ and its figures into figures/: make nb NB=03 [ARGS='--backend dask [--address tcp://host:8786]']
 	@test -n "$(NB)" || { echo "usage: make nb NB=01 (one of: $(notdir $(basename $(NOTEBOOKS))))"; exit 2; }
-	@$(call interruptible,$(PY) -m paged.experiments.notebook.reproduce --notebooks notebooks --figures $(FIGURES) --executed $(EXECUTED) --only $(NB) --force --runner "make nb")
+	@$(call interruptible,$(PY) -m paged.experiments.notebook.reproduce --notebooks notebooks --figures $(FIGURES) --executed $(EXECUTED) --only $(NB) --force --runner "make nb" $(ARGS))
 
 report: $(STAMP) ## One self-contained HTML report (this run's claims, every figure, paper vs this run); reruns what is out of date first
 	@$(call interruptible,$(PY) -m paged.experiments.notebook.reproduce --notebooks notebooks --figures $(FIGURES) --executed $(EXECUTED) --workers $(JOBS))

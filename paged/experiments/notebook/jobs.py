@@ -104,7 +104,8 @@ def run_jobs(fn, jobs: list[dict], *, workers: int = 2, desc: str = "sweep") -> 
     failures: list[JobFailure] = []
     _hide_loky_worker_restarts()
     with _cluster_from_environment(), progress(len(todo), desc) as bar:
-        for i, (ok, value, tb) in zip(todo, _run(fn, [jobs[i] for i in todo], workers, bar)):
+        # the generator first: zip then asks it once more at the end, and it moves the bar to its last frame
+        for (ok, value, tb), i in zip(_run(fn, [jobs[i] for i in todo], workers, bar), todo):
             if ok:
                 results[i] = value
             else:
