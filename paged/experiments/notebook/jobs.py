@@ -271,16 +271,17 @@ def _dask(address: str | None, n_workers: int):
         from distributed import Client, LocalCluster
     except ImportError:
         raise ImportError('the dask backend needs dask[distributed]: pip install "dask[distributed]"') from None
+    import logging
+
+    # silence_logs: the workers' notes about tasks cancelled by a Ctrl-C stay out of the terminal
     local = None if address else LocalCluster(n_workers=n_workers, threads_per_worker=1, host="127.0.0.1",
-                                              dashboard_address="127.0.0.1:0")
+                                              dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
     client = Client(address or local)
     try:
         yield client
     finally:
         client.close()
         if local is not None:
-            import logging
-
             nanny = logging.getLogger("distributed.nanny")
             level = nanny.level
             nanny.setLevel(logging.ERROR)  # "worker process still alive after 4 s, killing": our own workers, stopped
@@ -314,7 +315,7 @@ def _ray(address: str | None, n_workers: int):
                 ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
                          **local)
                 break
-            except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception
+            except BaseException as err:  # Ray raises a bare Exception; a Ctrl-C must stop what it started too
                 ray.shutdown()
                 # Ray gives a new head 30 s to start its raylet; a busy machine can take longer: try once more
                 if attempt == 2 or address or "timed out during startup" not in str(err):
