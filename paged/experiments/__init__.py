@@ -14,7 +14,10 @@ Layout (which file holds what):
   (figure files and manifest entries changed together), ``manifest.py`` (``MANIFEST.json``),
   ``report.py`` (the report of executed notebooks),
   ``claims.py`` (README.md's claims table from the figures' CSVs), ``tables.py`` (tables shown whole),
-  ``sweep.py`` (papermill sweeps, parallel jobs), ``paper.py`` (every number of the paper the
+  ``jobs.py`` (many calls of one function, here or on a Dask / Ray cluster, past failures),
+  ``sweep.py`` (notebook sweeps: one run per parameter set, resumable), ``run_folder.py`` (a sweep on
+  disk: run folders, records, the lock), ``sweep_summary.py`` (a sweep's summary table and figure),
+  ``fingerprint.py`` (the package's code as one hash), ``paper.py`` (every number of the paper the
   notebooks compare with);
 * ``serving/`` (simulated serving shared by notebooks 02, 03, 05; imports no notebook package):
   ``point.py`` (one simulated run and its metrics, the systems, the thresholds), ``sweeps.py``
