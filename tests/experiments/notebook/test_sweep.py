@@ -68,14 +68,19 @@ def test_run_jobs_keeps_the_order_of_the_jobs():
 
 
 @pytest.mark.slow
-def test_a_local_dask_cluster_gives_the_same_results():
+def test_a_local_dask_cluster_gives_the_same_results_with_progress(capsys):
     from distributed import get_client
 
     with cluster("dask", n_workers=2) as address:
         assert address.startswith("tcp://127.0.0.1:")
         assert all(w.startswith("tcp://127.0.0.1:") for w in get_client().scheduler_info()["workers"])
-        on_dask = serving.sweep(POINTS, workers=1).drop(columns=list(serving.WALL_TIME_COLUMNS))
+        on_dask = serving.sweep(POINTS, workers=1, desc="on dask").drop(columns=list(serving.WALL_TIME_COLUMNS))
+        with pytest.raises(SweepFailed, match=r"1 of 3 jobs of 'dask jobs' failed, first _square\(x=-1\): ValueError"):
+            run_jobs(_square, [{"x": 2}, {"x": -1}, {"x": 3}], desc="dask jobs")
         rates = serving.sustained_rate(["paged"], num_requests=40, saturated_requests=40, lo=0.5, rel_tol=0.2)
+    err = capsys.readouterr().err
+    assert f"on dask: 100%|██████████| {len(POINTS)}/{len(POINTS)}" in err
+    assert "dask jobs: 100%|██████████| 3/3" in err and "failed=1" in err
     pd.testing.assert_frame_equal(on_dask, _local())
     pd.testing.assert_frame_equal(rates, serving.sustained_rate(["paged"], num_requests=40, saturated_requests=40,
                                                                 lo=0.5, rel_tol=0.2, workers=1))
