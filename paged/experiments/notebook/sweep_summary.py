@@ -156,8 +156,16 @@ def _plot(out: Path, table: pd.DataFrame, parameter_sets: list[dict]) -> None:
                     ax.plot(positions.loc[order], ys.loc[order], marker="o", label=f"{label}{' · ' + suffix if suffix else ''}")
         ax.set_title(_wrap(claim), fontsize=8)
         ax.set_xlabel(x_name)
-        if not numeric:
-            ax.set_xticks(range(len(pd.unique(xs))), [str(v) for v in pd.unique(xs)])
+        units = {m.group(2) for t in table[claim] if isinstance(t, str) for m in _NUMBER.finditer(t)}
+        ax.set_ylabel({frozenset({"%"}): "percent, as the claim quotes it",
+                       frozenset({"×"}): "ratio (×), as the claim quotes it"}.get(frozenset(units),
+                                                                                  "as the claim quotes it"), fontsize=8)
+        values = sorted(pd.unique(xs)) if numeric else list(pd.unique(xs))
+        if numeric and min(values) > 0 and max(values) >= 8 * min(values):
+            ax.set_xscale("log", base=2)  # block sizes, request counts: doublings equally spaced
+        if len(values) <= 10:  # ticks at the swept values only (no 12.5 between 8 and 16)
+            ax.set_xticks(values if numeric else range(len(values)), [f"{v:g}" if numeric else str(v) for v in values])
+            ax.minorticks_off()
         if ax.lines and len(ax.lines) <= 8:
             ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(claims):]:
