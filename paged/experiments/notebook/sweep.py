@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from paged.experiments.notebook.jobs import cluster, run_jobs  # noqa: F401 - the sweep engine's public names
+from paged.experiments.notebook.jobs import SweepFailed, cluster, run_jobs  # noqa: F401 - the engine's public names
 from paged.experiments.notebook.run_folder import (PARTIAL, SweepLock, now, read_record, run_name, write_record)
 
 __all__ = ["run_jobs", "cluster", "parameter_grid", "check_parameter_names", "run_notebook", "sweep_notebook",
@@ -241,7 +241,8 @@ def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: st
 
     Returns:
         The summary table (also in ``out_dir/summary.csv``): one row per parameter set, in order:
-        ``folder``, its parameters, ``status`` (finished, failed, interrupted, pending),
+        ``folder``, its parameters, ``status`` (finished, failed, interrupted, pending, outdated:
+        :mod:`~paged.experiments.notebook.sweep_summary`),
         ``seconds``, ``ended``, ``error`` (the error's last line) and the notebook's headline numbers.
 
     Raises:
@@ -251,6 +252,8 @@ def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: st
             a sweep of another notebook, or another sweep is writing to it
             (:class:`~paged.experiments.notebook.run_folder.SweepLocked`).
         SweepInterrupted: on Ctrl-C, after marking the runs under way and writing the summary.
+        SweepFailed: when a run's own machinery raised (not its notebook: that is a failed run),
+            after every other run and the summary.
     """
     from paged.experiments.notebook.sweep_summary import interrupted_message, summarize
 
@@ -286,6 +289,9 @@ def sweep_notebook(notebook: str | Path, parameter_sets: list[dict], out_dir: st
                     write_record(partial, status="interrupted", ended=now(), error="KeyboardInterrupt")
             summary = summarize(out, notebook, names, parameter_sets)
             raise SweepInterrupted(interrupted_message(out, summary), summary) from None
+        except SweepFailed:  # a run's own machinery failed (a folder could not be renamed...): the others stay
+            summarize(out, notebook, names, parameter_sets)
+            raise
         unseen = [r for r in records if not (out / r["folder"] / "run.json").is_file()]
         if unseen:
             import warnings
