@@ -40,21 +40,18 @@ def run_once(notebook: Path, backend: str, workers: int, parameters: dict) -> di
     Raises:
         RuntimeError: the notebook failed (its error's last line in the message).
     """
-    import papermill as pm
-
+    from paged.experiments.notebook.execute import run_notebook
     from paged.experiments.notebook.jobs import cluster_for_children
-    from paged.experiments.notebook.kernel import execute_notebook
 
     with tempfile.TemporaryDirectory(prefix="paged-bench-cluster-") as tmp:
         start = time.perf_counter()
         with cluster_for_children(backend, n_workers=workers):
             started = time.perf_counter()
-            try:
-                execute_notebook(notebook, Path(tmp) / notebook.name,
-                                 {**parameters, "workers": workers, "output_dir": str(Path(tmp) / "figures")})
-            except pm.PapermillExecutionError as err:
-                raise RuntimeError(f"{notebook.name} on {backend}: {err.ename}: {err.evalue}") from None
+            run = run_notebook(notebook, Path(tmp) / notebook.name, {**parameters, "workers": workers},
+                               figures=Path(tmp) / "figures", runner="make bench-cluster")
             done = time.perf_counter()
+    if run.error:
+        raise RuntimeError(f"{notebook.name} on {backend}: {run.error}")
     return {"start_s": started - start, "run_s": done - started}
 
 

@@ -144,7 +144,7 @@ def _describe(fn, job: dict, limit: int = 160) -> str:
 
 def _run(fn, jobs: list[dict], workers: int, bar):
     """Yield ``(ok, result or error line, traceback text)`` per job, in order, on the active backend."""
-    from joblib import Parallel, delayed
+    from joblib import delayed
     from joblib._parallel_backends import LokyBackend
     from joblib.parallel import get_active_backend
 
@@ -156,19 +156,52 @@ def _run(fn, jobs: list[dict], workers: int, bar):
             bar.update()
         return
 
-    class _Counted(Parallel):
-        """Parallel whose batch-completion hook moves the bar (every backend calls it, Ray's too,
-        which returns its results only at the end)."""
+    return_as = "generator" if backend.supports_return_generator else "list"
+    parallel = _parallel(backend, workers if local else (n_jobs or -1), return_as)
+    parallel.bar = bar
+    try:
+        for outcome, stdout, stderr, caught in parallel(delayed(_in_worker)(fn, job) for job in jobs):
+            _replay(stdout, stderr, caught)
+            yield outcome
+    finally:
+        parallel.bar = None
+    bar.update(len(jobs) - bar.n)
+
+
+#: Ray's joblib pools kept open between calls in this process, by (n_jobs, return_as).
+_RAY_POOLS: dict = {}
+
+
+def _parallel(backend, n_jobs: int, return_as: str):
+    """A joblib ``Parallel`` whose batch-completion hook moves the bar in its ``bar`` attribute (every
+    backend calls it, Ray's too, which returns its results only at the end).
+
+    Under Ray the same one is kept for every call in this process (until the cluster it runs on is
+    stopped): Ray's backend starts a pool of actors, new processes that import the package, for
+    each ``Parallel`` it runs, and a notebook's sustained-rate searches make dozens of short calls.
+    """
+    from joblib import Parallel
+
+    class Counted(Parallel):
+        bar = None
 
         def print_progress(self):
-            bar.update(self.n_completed_tasks - bar.n)
+            if self.bar is not None:
+                self.bar.update(self.n_completed_tasks - self.bar.n)
 
-    return_as = "generator" if backend.supports_return_generator else "list"
-    for outcome, stdout, stderr, caught in _Counted(n_jobs=workers if local else (n_jobs or -1), return_as=return_as)(
-            delayed(_in_worker)(fn, job) for job in jobs):
-        _replay(stdout, stderr, caught)
-        yield outcome
-    bar.update(len(jobs) - bar.n)
+    if type(backend).__name__ != "RayBackend":
+        return Counted(n_jobs=n_jobs, return_as=return_as)
+    key = (n_jobs, return_as)
+    if key not in _RAY_POOLS:
+        pool = Counted(n_jobs=n_jobs, return_as=return_as)
+        pool.__enter__()  # joblib keeps its workers until __exit__ (its documented reuse of one Parallel)
+        _RAY_POOLS[key] = pool
+    return _RAY_POOLS[key]
+
+
+def _close_ray_pools() -> None:
+    while _RAY_POOLS:
+        _RAY_POOLS.popitem()[1].__exit__(None, None, None)
 
 
 def _call(fn, job: dict):
@@ -324,6 +357,7 @@ def _ray(address: str | None, n_workers: int):
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
+        _close_ray_pools()
         if started:
             ray.shutdown()
 
