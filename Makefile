@@ -30,7 +30,7 @@ export PYTHONHASHSEED := 0
 SHARED ?= ../shared/data
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test quick reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-engine-step bench-cpu-attention bench-workloads gpu-check model clean
+.PHONY: help venv test quick reproduce nb report sweep lab data bench bench-allocator bench-kernel bench-sim bench-engine bench-engine-step bench-cpu-attention bench-workloads bench-cluster gpu-check model clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -52,9 +52,9 @@ quick: $(STAMP) ## Check an installation: every notebook with small parameters i
 reproduce: $(STAMP) ## Rerun the notebooks whose figures are out of date (and say why), then README.md's claims table; -j2: two at once
 	@$(call interruptible,$(PY) -m paged.experiments.notebook.reproduce --notebooks notebooks --figures $(FIGURES) --executed $(EXECUTED) --workers $(JOBS))
 
-nb: $(STAMP) ## Run one notebook into build/notebooks/ and its figures into figures/: make nb NB=03
+nb: $(STAMP) ## Run one notebook into build/notebooks/ and its figures into figures/: make nb NB=03 [ARGS='--backend dask [--address tcp://host:8786]']
 	@test -n "$(NB)" || { echo "usage: make nb NB=01 (one of: $(notdir $(basename $(NOTEBOOKS))))"; exit 2; }
-	@$(call interruptible,$(PY) -m paged.experiments.notebook.reproduce --notebooks notebooks --figures $(FIGURES) --executed $(EXECUTED) --only $(NB) --force --runner "make nb")
+	@$(call interruptible,$(PY) -m paged.experiments.notebook.reproduce --notebooks notebooks --figures $(FIGURES) --executed $(EXECUTED) --only $(NB) --force --runner "make nb" $(ARGS))
 
 report: $(STAMP) ## One self-contained HTML report (this run's claims, every figure, paper vs this run); reruns what is out of date first
 	@$(call interruptible,$(PY) -m paged.experiments.notebook.reproduce --notebooks notebooks --figures $(FIGURES) --executed $(EXECUTED) --workers $(JOBS))
@@ -93,6 +93,9 @@ gpu-check: $(STAMP) ## CUDA GPU only (<5 min): GPU tests, Fig. 18a + long contex
 
 bench-sim: $(STAMP) ## Simulator speed vs a baseline commit, interleaved (BASE=HEAD~1, ROUNDS=5)
 	$(PY) -m paged.bench.sim --base $(or $(BASE),HEAD~1) --rounds $(or $(ROUNDS),5)
+
+bench-cluster: $(STAMP) ## Notebook 03's simulations on a local Dask and Ray cluster vs joblib's processes (ROUNDS=3, interleaved)
+	$(PY) -m paged.bench.cluster --rounds $(or $(ROUNDS),3)
 
 bench-workloads: $(STAMP) ## Loading a ShareGPT JSON: first (tokenize) vs cached load, fresh processes
 	$(PY) -m paged.bench.workloads

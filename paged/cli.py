@@ -94,14 +94,15 @@ def _json(result: dict) -> str:
 
 
 @contextlib.contextmanager
-def _naming_the_trace(trace: str):
-    """A request the server refuses is named with the trace it came from (a file's path, or a name)."""
+def _naming_the_trace(trace: str, model: str):
+    """A request the server refuses is named with the trace it came from and the model that sets the
+    server's limits (each a file's path, or a name)."""
     from paged.core.kv_cache_manager import RequestTooLargeError
 
     try:
         yield
     except RequestTooLargeError as err:
-        raise RequestTooLargeError(f"trace {trace}: {err}") from None
+        raise RequestTooLargeError(f"trace {trace}, model {model}: {err}") from None
 
 
 def _fragmentation(args: argparse.Namespace) -> int:
@@ -119,7 +120,7 @@ def _fragmentation(args: argparse.Namespace) -> int:
     num_slots = default_num_slots(args.model, int(args.kv_cache_gib * 2**30), args.block_size)
     result = {}
     for system in SYSTEMS:
-        with _naming_the_trace(args.trace):
+        with _naming_the_trace(args.trace, args.model):
             fractions, _ = memory_waste(trace, system, num_slots=num_slots, block_size=args.block_size,
                                         max_seq_len=args.max_seq_len)
         result[system] = fractions
@@ -179,7 +180,7 @@ def _simulate(args: argparse.Namespace) -> int:
         num_requests = len(get_trace(args.trace, None, seed=args.seed, tokenizer=args.tokenizer))
     else:
         num_requests = args.num_requests
-    with _naming_the_trace(args.trace):
+    with _naming_the_trace(args.trace, args.model):
         result = simulate_point(model=model, trace=args.trace, system=args.system, rate=args.rate,
                                 num_requests=num_requests, seed=args.seed, block_size=args.block_size,
                                 preemption=args.preemption, n=args.n, beam_width=args.beam_width,
@@ -264,13 +265,16 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
     import yaml
 
     from paged.experiments.notebook.parameters import check_notebook_parameters
-    from paged.experiments.notebook.sweep import check_parameter_names, cluster, parameter_grid, sweep_notebook
+    from paged.experiments.notebook.sweep import (SweepInterrupted, check_parameter_names, cluster, parameter_grid,
+                                                  sweep_notebook)
+    from paged.experiments.notebook.sweep_summary import print_summary
 
     grid_file = Path(args.grid).is_file()
     where = f"--grid file {args.grid}" if grid_file else "--grid"  # each error names the file it read
     try:
         text = Path(args.grid).read_text(encoding="utf-8") if grid_file else args.grid
-        sets = parameter_grid(yaml.safe_load(text))
+        grid = yaml.safe_load(text)
+        sets = parameter_grid(grid)
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ValueError(f"{where} is not valid YAML: {err}") from None
     except ValueError as err:
@@ -291,12 +295,14 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
         except ImportError as err:  # a backend whose package is not installed: one line, no traceback
             print(f"error: --backend {args.backend}: {err}", file=sys.stderr)
             return 2
-        runs = sweep_notebook(args.notebook, sets, args.out, workers=args.workers, kernel=args.kernel)
-    print(runs.drop(columns=["output_dir"]).to_string(index=False))
-    failed = runs[runs["error"].notna()]
-    for _, run in failed.iterrows():
-        print(f"error: {run['output']}: {run['error']}", file=sys.stderr)
-    return 1 if len(failed) else 0
+        try:
+            runs = sweep_notebook(args.notebook, sets, args.out, workers=args.workers, kernel=args.kernel,
+                                  force=args.force, grid=grid)
+        except SweepInterrupted as stop:
+            print(stop, file=sys.stderr)
+            return 130
+    print_summary(runs, args.out)
+    return 1 if runs["status"].isin(["failed"]).any() else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -384,10 +390,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="YAML (inline or a file): {name: [values...]} swept as a product, or a list of "
                           "{name: value} sets; e.g. '{block_size: [8, 16], num_requests: 200}'")
     nbs.add_argument("--out", required=True, help="folder for the executed notebooks and each run's figures")
-    nbs.add_argument("--workers", type=positive_int, default=1, help="notebooks at once on this machine")
+    nbs.add_argument("--workers", type=positive_int, default=1,
+                     help="notebooks at once on this machine (a local cluster's worker processes)")
+    nbs.add_argument("--force", action="store_true",
+                     help="rerun every run, also those that finished with the same parameters and code")
     nbs.add_argument("--backend", default="loky", choices=("loky", "dask", "ray"),
                      help="loky: this machine; dask / ray: a cluster (--address, or a local one on 127.0.0.1)")
-    nbs.add_argument("--address", default=None, help="cluster address, e.g. tcp://scheduler:8786 (dask)")
+    nbs.add_argument("--address", default=None,
+                     help="cluster address: tcp://scheduler:8786 (dask), ray://head:10001 or auto (ray)")
     nbs.add_argument("--kernel", default=None, help="Jupyter kernel (default: python3, this interpreter's)")
     nbs.set_defaults(func=_sweep_notebook)
 

@@ -182,7 +182,8 @@ class _Interrupts:
 
 def run_notebook(notebook: str | Path, output: str | Path, parameters: dict | None = None, *,
                  figures: str | Path | None = None, cwd: str | Path | None = None, kernel: str | None = None,
-                 runner: str = "run_notebook", failed_output: str | Path | None = None) -> NotebookRun:
+                 runner: str = "run_notebook", failed_output: str | Path | None = None,
+                 log_output: bool = False) -> NotebookRun:
     """Run ``notebook`` with ``parameters`` into ``output``, its figures committed as one set (module docstring).
 
     Args:
@@ -197,6 +198,8 @@ def run_notebook(notebook: str | Path, output: str | Path, parameters: dict | No
         kernel: a kernel name; None: this interpreter's (:data:`~paged.experiments.notebook.kernel.KERNEL_NAME`).
         runner: the label each figure's manifest entry records as ``run`` (``"make reproduce"``, ``"sweep"``).
         failed_output: where the executed notebook of a run that failed goes (default ``output``).
+        log_output: also log each cell's output, as it comes, to papermill's logger (``"papermill"``;
+            a sweep's per-run log).
 
     Returns:
         The :class:`NotebookRun`. A cell that raises does not raise here: ``error`` says what failed
@@ -239,7 +242,7 @@ def run_notebook(notebook: str | Path, output: str | Path, parameters: dict | No
         with _Interrupts():
             try:
                 pm.execute_notebook(str(notebook), str(tmp), parameters=params, cwd=str(cwd),
-                                    kernel_name=kernel or KERNEL_NAME, progress_bar=False, log_output=False,
+                                    kernel_name=kernel or KERNEL_NAME, progress_bar=False, log_output=log_output,
                                     kernel_manager_class=_manager_class({RUN_ENV: json.dumps(context)}, log))
             except pm.PapermillExecutionError as err:  # a cell raised: the notebook shows it
                 run.error = f"{err.ename}: {err.evalue}"

@@ -274,10 +274,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="notebooks at once")
     parser.add_argument("--dry-run", action="store_true", help="say what would run and why; run nothing")
     parser.add_argument("--runner", default="make reproduce", help="the label figures record as their run")
+    parser.add_argument("--backend", default="loky", choices=("loky", "dask", "ray"),
+                        help="where the notebooks' simulations run: loky (this machine's processes), or a Dask / Ray "
+                             "cluster (--address, else a local one of --cluster-workers processes)")
+    parser.add_argument("--address", default=None, help="the cluster: tcp://scheduler:8786 (dask), auto (ray)")
+    parser.add_argument("--cluster-workers", type=int, default=2, help="processes of a local cluster")
     args = parser.parse_args(argv)
+    from paged.experiments.notebook.jobs import cluster_for_children
+
     try:
-        return reproduce(args.notebooks, args.figures, args.executed, readme=args.readme or None, only=args.only,
-                         force=args.force, workers=args.workers, dry_run=args.dry_run, runner=args.runner)
+        with cluster_for_children(args.backend, args.address, n_workers=args.cluster_workers):
+            return reproduce(args.notebooks, args.figures, args.executed, readme=args.readme or None, only=args.only,
+                             force=args.force, workers=args.workers, dry_run=args.dry_run, runner=args.runner)
+    except ImportError as err:  # the backend's package is missing: one line
+        print(f"error: --backend {args.backend}: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return interrupted()
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import replace
 
 import pandas as pd
 
-from paged.experiments.notebook.sweep import run_jobs
+from paged.experiments.notebook.jobs import SweepFailed, run_jobs
 from paged.experiments.serving.point import simulate_point
 from paged.experiments.serving.run_length import paper_duration
 from paged.sim.config import model_name
@@ -30,10 +31,23 @@ def sweep(points: list[dict], workers: int = 2, desc: str = "simulate", known: p
 
     Returns:
         One row per point, in the order given.
+
+    Raises:
+        SweepFailed: after every point ran, if some raised; its ``results`` are the rows of
+            ``points`` (None where a point failed) and its failures' ``index`` their positions in
+            ``points``. The same call again reruns only those (:func:`~paged.experiments.notebook.jobs.run_jobs`).
     """
     rows: list[dict | None] = [reusable(point, known) for point in points]
     todo = [i for i, row in enumerate(rows) if row is None]
-    for i, row in zip(todo, run_jobs(simulate_point, [points[i] for i in todo], workers=workers, desc=desc)):
+    try:
+        done = run_jobs(simulate_point, [points[i] for i in todo], workers=workers, desc=desc)
+    except SweepFailed as err:  # every other point ran: its row is on the error, in the order of ``points``
+        for i, row in zip(todo, err.results):
+            rows[i] = row
+        err.results = rows
+        err.failures = [replace(f, index=todo[f.index]) for f in err.failures]
+        raise
+    for i, row in zip(todo, done):
         rows[i] = row
     return pd.DataFrame(rows)
 

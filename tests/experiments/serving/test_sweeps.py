@@ -39,3 +39,18 @@ def test_a_run_without_sharing_recorded_is_reused_by_a_point_that_asks_for_none(
     assert serving.reusable(point, first) is not None
     assert serving.reusable(dict(point, record_sharing=True), first) is None  # it would record sharing
     assert serving.reusable(dict(point, record_sharing=None), first) is None  # n = 2: it would record sharing too
+
+
+def test_a_failing_point_does_not_lose_the_others():
+    """One bad point: every other point runs, its row comes back on the error, in the points' order."""
+    from paged.experiments.notebook.jobs import SweepFailed
+
+    point = dict(model="opt-13b", trace="sharegpt", system="paged", num_requests=30)
+    known = serving.sweep([dict(point, rate=1.0)], workers=1)
+    with pytest.raises(SweepFailed, match=r"1 of 2 jobs of 'simulate' failed, first simulate_point\(.*rate=-1.0"):
+        serving.sweep([dict(point, rate=1.0), dict(point, rate=-1.0), dict(point, rate=4.0)], workers=1, known=known)
+    try:
+        serving.sweep([dict(point, rate=1.0), dict(point, rate=-1.0), dict(point, rate=4.0)], workers=1, known=known)
+    except SweepFailed as err:
+        assert [f.index for f in err.failures] == [1]
+        assert err.results[1] is None and [r["rate"] for r in (err.results[0], err.results[2])] == [1.0, 4.0]
