@@ -153,7 +153,7 @@ def decode_config(head_size: int, queries_per_kv: int, element_size: int, capabi
         # sm_90's ptxas spilled with 3 stages at 128-value rows with split-K (docs/benchmarks.md)
         stages = 2 if capability >= 90 and values == 128 else 3
         return LaunchConfig(tile, num_warps=4 if tile * values <= WARP4_VALUES else 8, num_stages=stages)
-    # elementwise: a [tile, head] fp32 product per tile; at most 32 tokens (64 reached 128 registers with split-K)
+    # elementwise: a [tile, head] fp32 product per tile; ≤ 32 tokens (64 reached 128 registers with split-K)
     tile = min(32, max(8, WARP4_VALUES // values))
     return LaunchConfig(tile, num_warps=4, num_stages=2, padded_dot=False)
 
