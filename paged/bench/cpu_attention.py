@@ -24,13 +24,8 @@ Uniform lengths: every sequence holds the point's context. Mixed: lengths drawn 
 baselines attend to padding and the paged paths do not. Heads default to the shipped tiny Llama's
 (8 query heads, 2 KV heads, head size 32), blocks of 16 tokens.
 
-Timing: with one thread (the default) CPU time of the measuring thread (``time.thread_time``),
-torch and the kernel on one thread; with ``--threads N`` wall time (``time.perf_counter``), torch
-and the kernel both on N threads. Per point, ``rounds`` interleaved rounds of the four paths, each
-the median of ``repeats`` calls after one warm-up; the table gives the median over rounds and the
-ratios' [min - max]. The load average is printed before and after: the machine may be shared, and
-CPU time still counts cache misses that other processes cause. Before the grid, the kernel is
-compiled once into an empty folder to print its first-use compile time.
+How each point is timed (CPU time or wall time, interleaved rounds, the load average) is in
+:func:`measure`; before the grid, :func:`compile_time` prints the kernel's first-use compile time.
 """
 
 from __future__ import annotations
@@ -150,6 +145,14 @@ def measure(*, batch_sizes=(1, 8, 32, 64, 128), contexts=(128, 512, 2048), mixes
             block_size: int = 16, rounds: int = 5, repeats: int = 3, seed: int = 0, threads: int = 1,
             check: bool = True) -> dict:
     """Time the paged paths and both contiguous baselines at every grid point (module docstring).
+
+    Timing: with one thread (the default) CPU time of the measuring thread (``time.thread_time``),
+    torch and the kernel on one thread; with ``threads`` > 1 (``--threads N``) wall time
+    (``time.perf_counter``), torch and the kernel both on N threads. Per point, ``rounds``
+    interleaved rounds of the four paths, each the median of ``repeats`` calls after one warm-up;
+    the CLI's table gives the median over rounds and the ratios' [min - max]. The load average is
+    taken before and after: the machine may be shared, and CPU time still counts cache misses that
+    other processes cause.
 
     Args:
         batch_sizes: sequences per call.

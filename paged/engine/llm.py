@@ -17,22 +17,15 @@ requests of every decoding mode batched together (continuous batching, §4.5).
   earlier prompts are found by their chained hash and reused; the model computes only the uncached
   tail of a prompt (its attention reads the cached prefix through the block table), and
   ``RequestOutput.num_cached_tokens`` says how many prompt tokens came from the cache.
-* String prompts are tokenized with the tokenizer's special tokens (``add_special_tokens=True``, as
-  Hugging Face and vLLM do: the BOS token of Llama-style tokenizers), once: a text that already
-  starts with the BOS text does not get a second one.
 * ``kv_manager="orca-max"`` (or ``"orca-pow2"``, ``"orca-oracle"``, the systems of
   :mod:`paged.systems`): the same engine with Orca reservations, one contiguous reservation per
   sequence; the attention kernel reads a reservation as consecutive blocks, so only memory
   management differs. Forked beams cannot share there (unsupported).
 
-Interrupting and aborting: whatever escapes :meth:`LLM.generate` (``KeyboardInterrupt``, an exception
-from the model, the sampler or a callback) leaves the LLM as usable as before: every block the call
-took (GPU and swap space) is back before the exception propagates, and the prefix cache keeps only
-blocks whose KV was written, so the next call returns what a fresh LLM returns
-(:class:`paged.core.serving_loop.ServingLoop`). A request of a loop driven by hand
-(:meth:`LLM.serving_loop`) is aborted with ``loop.abort_request(i)`` (its output then says
-``finish_reason="abort"``, :meth:`LLM.request_outputs`); :meth:`LLM.reset_prefix_cache` drops the cache,
-and :meth:`LLM.load_weights` does so whenever the weights may have changed (a load that fails part-way too).
+Whatever escapes :meth:`LLM.generate` (``KeyboardInterrupt``, an exception) leaves the LLM as usable as
+before (its docstring says how); a loop driven by hand (:meth:`LLM.serving_loop`) can abort a request;
+:meth:`LLM.reset_prefix_cache` drops the cache, and :meth:`LLM.load_weights` does so whenever the weights
+may have changed (a load that fails part-way too).
 """
 
 from __future__ import annotations
@@ -319,8 +312,10 @@ class LLM:
             arrival_times: when each request arrives (seconds after the call starts, non-decreasing);
                 default: all at once (0.0). The engine sleeps while no request has arrived.
             use_tqdm: progress bar over requests (default: on for more than 32 prompts).
-            add_special_tokens: string prompts get the tokenizer's special tokens (its BOS), as
-                Hugging Face and vLLM tokenize them; token-id prompts are used as given.
+            add_special_tokens: string prompts get the tokenizer's special tokens (the BOS token of
+                Llama-style tokenizers), as Hugging Face and vLLM tokenize them, once: a text that
+                already starts with the BOS text does not get a second one. Token-id prompts are
+                used as given.
 
         Returns:
             one :class:`RequestOutput` per prompt, in order (its ``metrics`` times in seconds since the
@@ -333,6 +328,12 @@ class LLM:
                 arrival times.
             TypeError: a token-id prompt with non-integer ids (e.g. floats).
             paged.core.kv_cache_manager.RequestTooLargeError: a request larger than the whole KV cache.
+
+        Interrupting: whatever escapes this call (``KeyboardInterrupt``, an exception from the model,
+        the sampler or a callback) leaves the LLM as usable as before: every block the call took (GPU
+        and swap space) is back before the exception propagates, and the prefix cache keeps only
+        blocks whose KV was written, so the next call returns what a fresh LLM returns
+        (:class:`paged.core.serving_loop.ServingLoop`).
         """
         loop, texts = self.serving_loop(prompts, sampling_params, arrival_times=arrival_times,
                                         add_special_tokens=add_special_tokens)
@@ -401,7 +402,8 @@ class LLM:
 
         Used by :meth:`generate`; tests and notebooks call ``loop.step()`` to watch individual
         iterations (``loop.scheduler``, ``loop.executor.stats``). Nothing is queued if any request is
-        bad (all or nothing).
+        bad (all or nothing). A request of such a loop is aborted with ``loop.abort_request(i)``; its
+        output then says ``finish_reason="abort"`` (:meth:`request_outputs`).
 
         Returns:
             ``(loop, prompt_texts)``; ``loop.groups`` are the requests' sequence groups, in prompt order.

@@ -5,46 +5,25 @@ The model's own code runs unchanged; only its attention function is replaced, th
 for the duration of one forward (:meth:`ModelRunner.execute`), so the same model object keeps
 working with Hugging Face ``generate`` outside the engine.
 
-How one step flows (checked against transformers 5.24's Llama code):
+All tokens of a step are packed into one row. Per layer, the attention function
+(:func:`_paged_attention_forward`) writes the step's keys and values through the slot mapping.
+**Prefill** then attends causally over the step's own keys and values or, for a sequence whose first
+tokens' KV is already in the cache (a prefix-cache hit, §4.4), over its whole context read through its
+block table. **Decode** reads keys and values through the block tables; nothing gathers the whole cache:
 
-* All tokens of the step are packed into one row: ``input_ids`` ``[1, num_tokens]`` and
-  ``position_ids`` ``[1, num_tokens]`` (each sequence's own positions, so RoPE is right).
-* Extra keyword arguments of ``model.forward`` flow untouched through the decoder layers into the
-  attention function; the step's :class:`StepMetadata` travels as ``paged_step=...``.
-* A custom attention name that is not registered with ``AttentionMaskInterface`` makes
-  ``create_causal_mask`` return ``None``: no dense ``[num_tokens, num_tokens]`` mask is built.
-  Causality is applied inside the attention function (per sequence).
-* ``logits_to_keep`` (a tensor of row indices) makes the LM head run only on each sequence's last
-  token, so a prefill never computes logits for every prompt token.
-* Per layer, the attention function writes the step's keys and values through the slot mapping
-  (checked once per step by :meth:`PagedKVCache.check_slot_list`, stored by
-  :meth:`PagedKVCache.write_checked`). **Prefill** then attends causally: sequences whose every
-  token is computed in this step attend over the step's own keys and values
-  (``scaled_dot_product_attention`` with ``is_causal``), neighbours of equal length in one call over
-  ``[num_seqs, heads, tokens, head_size]`` views of the packed row; a sequence whose first tokens' KV is already
-  in the cache (a prefix-cache hit, blocks a sibling computes in the same step, §4.4) computes only
-  its tail, and its queries read the whole context (cached prefix and new tokens, written just
-  before) through its block table, with a causal mask aligned to the end of the context.
-  **Decode** reads keys and values through the block tables with
-  :func:`paged.kernels.attention.paged_attention`; nothing gathers the whole cache.
+* on CUDA, :func:`paged.kernels.attention.paged_attention` runs the Triton kernel;
+* on a CPU, the C kernel :func:`paged.kernels.cpu_kernel.paged_attention_cpu`, on one thread, reads
+  them through a :class:`~paged.kernels.cpu_kernel.CPUDecodePlan` built once per step from the
+  Python block tables and shared by all layers, when it built on this machine and was measured
+  faster than the bucketed path on such a CPU (AVX-512 or AVX2;
+  :meth:`~paged.kernels.cpu_kernel.CPUKernel.fast`; ``PAGED_CPU_KERNEL=0`` turns it off);
+* otherwise :func:`paged.kernels.bucketed.paged_attention_bucketed`: the sequences are sorted into
+  length buckets once per step (:func:`paged.kernels.bucketed.plan_buckets`), each bucket's blocks
+  gathered into a reused workspace and attended by one fused SDPA call.
 
-Decode backends: on CUDA, :func:`paged.kernels.attention.paged_attention` runs the Triton kernel. On a
-CPU the runner calls the C kernel :func:`paged.kernels.cpu_kernel.paged_attention_cpu`, which reads
-keys and values through the block tables (a :class:`~paged.kernels.cpu_kernel.CPUDecodePlan` built
-once per step from the Python block tables, shared by all layers), when it built on this machine
-and was measured faster than the bucketed path on such a CPU (AVX-512 or AVX2;
-:meth:`~paged.kernels.cpu_kernel.CPUKernel.fast`; ``PAGED_CPU_KERNEL=0`` turns it off). Otherwise
-it calls :func:`paged.kernels.bucketed.paged_attention_bucketed`: the sequences are sorted into
-length buckets once per step (:func:`paged.kernels.bucketed.plan_buckets`), each bucket's blocks
-gathered into a reused workspace and attended by one fused SDPA call. At the shipped model's shape
-the C kernel takes 0.1-0.5x the bucketed path's time per call (``make bench-cpu-attention``); it
-runs on one thread (a second one did not pay on the 2-core machine this was measured on).
-
-Per-step cost outside the model (what a dense Hugging Face decode step does not pay): the step's
-token ids, positions and slots become one ``[3, num_tokens]`` tensor, the slots are checked in
-Python, the CPU plan is built from the Python block tables (no padded table tensor), a decode keeps
-every row's logits (``logits_to_keep=0``, no gather) and the attention name is switched by the
-cheapest exact setter (:func:`_attention_name_setter`).
+How a step passes through the model's code and what it costs outside the model is in
+:meth:`ModelRunner.execute`; the CPU paths' measured speeds are in docs/benchmarks.md
+(``make bench-cpu-attention``).
 """
 
 from __future__ import annotations
@@ -111,6 +90,17 @@ class StepMetadata:
 
 def _paged_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """The attention function transformers calls in every layer (registered as ``paged_engine``).
+
+    It writes the step's keys and values through the slot mapping (checked once per step by
+    :meth:`PagedKVCache.check_slot_list`, stored by :meth:`PagedKVCache.write_checked`). **Prefill**
+    then attends causally: sequences whose every token is computed in this step attend over the
+    step's own keys and values (``scaled_dot_product_attention`` with ``is_causal``), neighbours of
+    equal length in one call over ``[num_seqs, heads, tokens, head_size]`` views of the packed row; a
+    sequence whose first tokens' KV is already in the cache (a prefix-cache hit, blocks a sibling
+    computes in the same step, §4.4) computes only its tail, and its queries read the whole context
+    (cached prefix and new tokens, written just before) through its block table, with a causal mask
+    aligned to the end of the context (:func:`_attend_context`). **Decode** reads keys and values
+    through the block tables with the step's backend (module docstring).
 
     Args:
         module: the layer's attention module (``layer_idx``, ``head_dim``).
@@ -315,10 +305,29 @@ class ModelRunner:
 
         Returns:
             ``[num_seqs, vocab_size]`` float32 logits.
+
+        How the step meets transformers' model code (checked against the transformers version that
+        docs/benchmarks.md names):
+
+        * All tokens are packed into one row: ``input_ids`` ``[1, num_tokens]`` and ``position_ids``
+          ``[1, num_tokens]`` (each sequence's own positions, so RoPE is right).
+        * Extra keyword arguments of ``model.forward`` flow untouched through the decoder layers into
+          the attention function; the step's :class:`StepMetadata` travels as ``paged_step=...``.
+        * A custom attention name that is not registered with ``AttentionMaskInterface`` makes
+          ``create_causal_mask`` return ``None``: no dense ``[num_tokens, num_tokens]`` mask is built.
+          Causality is applied inside the attention function (per sequence).
+        * ``logits_to_keep`` (a tensor of row indices) makes the LM head run only on each sequence's
+          last token, so a prefill never computes logits for every prompt token.
+
+        Per-step cost outside the model (what a dense Hugging Face decode step does not pay): the
+        step's token ids, positions and slots become one ``[3, num_tokens]`` tensor, the slots are
+        checked in Python, the CPU plan is built from the Python block tables (no padded table
+        tensor), a decode keeps every row's logits (``logits_to_keep=0``, no gather) and the
+        attention name is switched by the cheapest exact setter (:func:`_attention_name_setter`).
         """
         dev = self.device
         cache = self.kv_cache
-        cache.check_slot_list(slot_mapping)
+        cache.check_slot_list(slot_mapping)  # in Python, once for every layer's write
         step = torch.tensor([input_ids, positions, slot_mapping], dtype=torch.int64, device=dev)  # one copy for all three
         ids, pos, slots = step[0:1], step[1:2], step[2]
         if is_prefill:

@@ -2,12 +2,10 @@
 
 The engine runs it on a CPU where the C kernel (:mod:`paged.kernels.cpu_kernel`, which reads the
 blocks in place) did not build or has no AVX-512 instance for the shape, or when
-``PAGED_CPU_KERNEL=0``.
-
-On a CPU the fastest attention over ``[batch, kv_heads, tokens, head_size]`` keys and values is
-PyTorch's fused ``scaled_dot_product_attention``; a paged cache does not have that layout, so this
-path copies the blocks a step reads into it and calls SDPA on as few, as little padded, batches as
-it can:
+``PAGED_CPU_KERNEL=0``. On a CPU the fastest attention over keys and values laid out
+``[batch, kv_heads, tokens, head_size]`` is PyTorch's fused ``scaled_dot_product_attention``; a
+paged cache does not have that layout, so this path copies the blocks a step reads into it and
+calls SDPA on as few, as little padded, batches as it can:
 
 * :func:`plan_buckets` (once per step, shared by every layer) sorts the sequences by context
   length and cuts them into buckets: a sequence joins the current bucket while it is at most
@@ -22,20 +20,12 @@ it can:
   NaN in the tests, never reaches the output), and runs SDPA per bucket on strided views of the
   copy. GQA costs nothing: the ``group`` query heads of one KV head become ``group`` query rows of
   that head (``[rows, kv_heads, group, head_size]``; a decode query attends to every key, so the
-  rows are independent), which is also ~2× faster than ``enable_gqa`` on fp32 here.
+  rows are independent).
 
 Cost per layer: the gather copies every used block once (the paging tax over a contiguous cache;
 a dense ``DynamicCache`` pays a comparable copy when it appends a token), plus 2–3 small ops per
-bucket. ``make bench-cpu-attention`` prints this path and the C kernel against contiguous SDPA over
-a grid: the gather alone costs 0.3-1.7x SDPA's time, so this path stays above SDPA's. Two torch
-gather-free alternatives ran slower on this project's 2-core CPU (torch 2.13, one thread, fp32, the
-shipped model's heads): FlexAttention compiled with a block mask over the physical blocks (the
-whole cache as one key sequence) took 5 s to compile and 8× the time of contiguous SDPA at 8
-sequences of 128 tokens, and its CPU template failed to compile for 64 sequences of 2,048; SDPA
-with each physical block as a batch row on views of the cache, partial results combined by their
-log-sum-exp, took 2.5-3.2× contiguous SDPA (a 4-query × 16-key problem per block and head is
-mostly overhead). Half precision: SDPA's CPU kernel accumulates fp16 / bf16 scores, softmax and output in
-fp32. Inputs are not checked (as in :mod:`paged.kernels.reference`).
+bucket, so this path stays above contiguous SDPA's time (``make bench-cpu-attention``;
+docs/benchmarks.md has the figures and the gather-free torch alternatives measured slower).
 """
 
 from __future__ import annotations
@@ -246,7 +236,9 @@ def paged_attention_bucketed(query: torch.Tensor, key_cache: torch.Tensor, value
         workspace: buffers to gather into, their views made once per plan (a new copy each call when None).
 
     Returns:
-        ``[num_seqs, num_heads, head_size]`` in the query's dtype.
+        ``[num_seqs, num_heads, head_size]`` in the query's dtype. Half precision: SDPA's CPU kernel
+        accumulates fp16 / bf16 scores, softmax and output in fp32. Inputs are not checked (as in
+        :mod:`paged.kernels.reference`).
     """
     num_seqs, num_heads, head_size = query.shape
     if num_seqs == 0:
@@ -268,6 +260,7 @@ def paged_attention_bucketed(query: torch.Tensor, key_cache: torch.Tensor, value
             flat_keys.index_fill_(0, chunk.empty_slots, 0)
             flat_values.index_fill_(0, chunk.empty_slots, 0)
         q = query if rows is None else query.index_select(0, rows)
+        # GQA as query rows of their KV head, not SDPA's enable_gqa (slower, docs/benchmarks.md)
         o = F.scaled_dot_product_attention(q.view(num_rows, num_kv_heads, group, head_size), k, v,
                                            attn_mask=chunk.mask, scale=scale)  # [rows, kv, group, d]
         o = o.view(num_rows, num_heads, head_size)

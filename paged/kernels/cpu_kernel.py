@@ -6,34 +6,25 @@ the paged cache ``[num_blocks, block_size, num_kv_heads, head_size]``, a block a
 block table lists them, with an online softmax. Nothing is copied first, which is what makes it
 faster than :mod:`paged.kernels.bucketed` (whose gather alone costs about as much as SDPA's pass).
 
-Building: on first use the source is compiled with the system C compiler (``sysconfig``'s ``CC``,
-else ``cc``, ``gcc`` or ``clang``; ``-O3 -march=native``) into a per-user cache folder
-(:func:`cache_dir`), under a name that hashes the source, the compiler (its resolved path, size
-and modification time), the flags and the CPU (the feature flags of ``/proc/cpuinfo``, else the
-platform's machine and processor strings): a home folder shared by machines with different CPUs
-never loads a binary built for another. The compiler writes a temporary file that is then renamed
-(:func:`paged.atomic.atomic_path`), so a process never loads half a file, and two processes that
-compile at once each rename a whole one. Later processes load the cached file (no compiler run).
-No compiler, a failed compile or a failed load makes :func:`load_kernel` return None, logged at
-debug level only (nothing reaches a notebook's stderr); ``PAGED_CPU_KERNEL=0`` in the environment
-does the same. The engine then keeps the bucketed torch path.
+Building: on first use :func:`load_kernel` compiles the source with the system C compiler
+(:func:`compiler_command`; ``-O3 -march=native``) into a per-user cache folder (:func:`cache_dir`)
+under a name that hashes the source, the compiler, the flags and the CPU (:func:`cache_key`), and
+renames a whole file into place (:func:`build_library`); later processes load the cached file (no
+compiler run). No compiler, a failed compile or a failed load makes :func:`load_kernel` return None,
+as does ``PAGED_CPU_KERNEL=0`` in the environment; the engine then keeps the bucketed torch path.
 
 Calling: a :class:`CPUDecodePlan` (:func:`plan_cpu_decode`, once per decode step, shared by every
 layer) holds the block table, the context lengths and the C argument block; each layer's call
-passes five pointers through ctypes (which releases the GIL) and costs ~2.5 µs in Python. With
-``num_threads`` > 1 the C side splits the sequences into that many ranges of about equal token
-counts, one POSIX thread each (the calling one included), when the call reads at least
-:data:`MIN_PARALLEL_BYTES` of keys and values; the engine uses one thread (a second did not pay on
-the machine this was measured on, see :func:`plan_cpu_decode`).
+passes five pointers through ctypes (which releases the GIL). The engine calls it on one thread
+(:func:`plan_cpu_decode` says how more threads split the work, and why one is the default).
 
 What the two code paths of the C file cover: with AVX-512 (``__AVX512F__``) head sizes
 :data:`SPECIALIZED_HEAD_SIZES` in fp32, bf16 and fp16 with any GQA group; every other shape, and
 every CPU without AVX-512, runs its portable loops (GCC / clang vector types the compiler maps to
-the CPU's SIMD registers). Measured on this project's machine (one thread, CPU time): the AVX-512
-instances take 0.3-0.7x the bucketed path's time over GQA groups 1-8 and head sizes 32-128, the
-portable loops built for AVX2 (``-march=haswell``) 0.4-0.97x. :meth:`CPUKernel.fast` says whether a
-shape runs on one of those two; elsewhere (ARM, x86 without AVX2: not measured) the engine keeps
-the bucketed path. ``make bench-cpu-attention`` times the kernel against contiguous SDPA.
+the CPU's SIMD registers). :meth:`CPUKernel.fast` says whether a shape runs on code measured faster
+than the bucketed path (the AVX-512 instances, or the portable loops built for AVX2); elsewhere (ARM,
+x86 without AVX2: not measured) the engine keeps the bucketed path. ``make bench-cpu-attention``
+times the kernel against contiguous SDPA; docs/benchmarks.md has the figures.
 """
 
 from __future__ import annotations
@@ -124,6 +115,8 @@ def cpu_identity() -> str:
 def cache_key(source: bytes, compiler: Sequence[str], flags: Sequence[str] = CFLAGS, cpu: str | None = None) -> str:
     """sha256 (hex, 20 characters) of the source, the compiler (resolved path, size, modification time and
     its extra arguments), the flags, the CPU (:func:`cpu_identity`) and the platform. O(len(source)).
+    With the CPU in the name, a home folder shared by machines with different CPUs never loads a
+    binary built for another.
 
     Raises:
         FileNotFoundError: the compiler's file does not exist.
@@ -241,7 +234,8 @@ def _enabled() -> bool:
 def load_kernel() -> CPUKernel | None:
     """The kernel of this process: built (:func:`build_library` into :func:`cache_dir`) and loaded on the
     first call, then the same object; None when ``PAGED_CPU_KERNEL=0`` or when there is no compiler or
-    the compile or the load fails (logged at debug level; not retried in this process). Thread-safe.
+    the compile or the load fails (logged at debug level only, so nothing reaches a notebook's stderr;
+    not retried in this process). Thread-safe.
 
     Cost: first call ~8 s with a compile (gcc 12, -O3, on this project's 2-core machine), ~10 ms with a
     cached library.
@@ -309,9 +303,12 @@ def plan_cpu_decode(kernel: CPUKernel, block_tables: torch.Tensor | Sequence[Seq
         context_lens: ``[num_seqs]`` int32 CPU tensor, or a list of ints (tokens, each ≥ 1 and at most
             the row's blocks × ``block_size``).
         block_size: tokens per block.
-        num_threads: threads a large call may use (≥ 1). One by default: on this project's 2-core
-            machine, shared with another process, two threads took 0.95-1.44x the time of one
-            (wall time, 8-128 sequences of 512-2,048 tokens).
+        num_threads: threads a large call may use (≥ 1): with more than one the C side splits the
+            sequences into that many ranges of about equal token counts, one POSIX thread each (the
+            calling one included), when the call reads at least :data:`MIN_PARALLEL_BYTES` of keys
+            and values. One by default: on this project's 2-core machine, shared with another
+            process, two threads took 0.95-1.44x the time of one (wall time, 8-128 sequences of
+            512-2,048 tokens).
 
     Returns:
         :class:`CPUDecodePlan`. Cost: O(num_seqs) for tensors; for lists, one pass over the used

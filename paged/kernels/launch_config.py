@@ -9,32 +9,18 @@ the group padded to 16 rows, or an elementwise product and reduction).
 compile check (:mod:`paged.kernels.compile_check`, run by ``make test`` for sm_80 and sm_90, fp16,
 bf16 and fp32): every entry compiles with **no stack** (nothing spilled to local memory), at most
 :data:`MAX_REGISTERS` registers per thread and at least :data:`MIN_WARPS_PER_SM` resident warps.
-What the check measured (Triton 3.9) and how it shaped the table:
+How the table follows from what a program holds:
 
-* **Specialisation decides spills.** Compiled as Triton's JIT compiles a real launch (16-byte
-  aligned K/V, strides divisible by 16), the former default (tile 64, 4 warps) needs 114 registers
-  and no stack at head 128; compiled without those hints (the table's first version), the same
-  kernel keeps 32 registers and spills 2,784 bytes per thread. So the launcher refuses unaligned
-  K/V (the variant it would get is not the checked one), and the kernel does not specialise on the
-  integers that change from call to call, so one compiled variant serves every batch.
-* **tile × head is the register cost.** A key tile and a value tile live in registers, so the
-  ``tl.dot`` path holds ``tile × head_pad`` ≤ :data:`TILE_VALUES_DOT` 16-bit values (tile 64 up to
-  head 128, 32 at head 256; half for fp32) with 4 warps up to :data:`WARP4_VALUES` values and 8
-  beyond: 55-96 registers on sm_80 and sm_90 (112 at head 256 with split-K on sm_90).
-* **num_stages** 3 (Triton's default) for ``tl.dot``: sm_90's ptxas (CUDA 13.4 in the wheel) spilled
-  4 bytes at 56-80 registers in some 2-stage configs (head 64 with block size 32, head 256 with
-  split-K) and in 3-stage ones at 128-value rows with split-K, so rows of 128 values take 2 stages
-  on sm_90 and 3 elsewhere. The elementwise path does not pipeline; 2 stages.
-* **The group of one** (no GQA, e.g. OPT-13B's 40 heads over 40 KV heads) takes the elementwise
-  path (``padded_dot=False``): the same key/value bytes as the padded ``tl.dot`` (padded query rows
-  are masked, never loaded), 1/16 of its multiply-adds, no shared-memory staging of K/V for the MMA
-  (4 KiB instead of 38 KiB per program at head 128) and 72 registers at tile 32 (28 warps/SM). The
-  padded dot's 15 wasted rows cost tensor-core issue only, about 16 flop per byte read, below every
-  GPU's ridge; so neither path is compute bound and the choice rests on resources. Larger groups
-  stay on ``tl.dot``: the elementwise product of a group is a ``[group, tile, head]`` fp32 tensor in
-  registers (group 4: 128 registers at tile 16; group 8: 254 at tile 16, 656 bytes of stack at tile
-  32; sm_80, head 128), see :data:`ELEMENTWISE_MAX_GROUP`. Elementwise tiles hold ≤
-  :data:`WARP4_VALUES` values, at most 32 tokens (tile 64 reached 128 registers with split-K).
+* a key tile and a value tile live in registers, so ``tile × head_pad`` is the register cost
+  (:data:`TILE_VALUES_DOT`, :data:`WARP4_VALUES` bound it and pick 4 or 8 warps);
+* ``num_stages`` is 3 (Triton's default) for ``tl.dot``, 2 for rows of 128 values on sm_90 where 3
+  stages spill; the elementwise path does not pipeline (2 stages);
+* a group of one (no GQA) takes the elementwise path, larger groups ``tl.dot``
+  (:data:`ELEMENTWISE_MAX_GROUP` says why);
+* the launcher refuses unaligned K/V, and the kernel does not specialise on the integers that change
+  from call to call, so the one compiled variant the check verified serves every batch.
+
+The registers and spills the check measured for each choice are in docs/benchmarks.md.
 
 On a GPU, ``make gpu-check`` with ``--autotune`` (:mod:`paged.kernels.autotune`) times the
 neighbours of an entry (:func:`candidate_configs`) and caches the fastest that does not spill in a
@@ -63,10 +49,19 @@ MAX_REGISTERS = 128
 #: Resident warps per SM the compile check requires of every launch (25% of 64): registers ≤
 #: MAX_REGISTERS alone guarantee it, shared memory must not take it below.
 MIN_WARPS_PER_SM = 16
-#: Largest query group served by the elementwise path (larger groups use ``tl.dot``).
+#: Largest query group served by the elementwise path (larger groups use ``tl.dot``). A group of one
+#: (no GQA, e.g. OPT-13B's 40 heads over 40 KV heads) reads the same key/value bytes either way (the
+#: padded dot's padded query rows are masked, never loaded); elementwise it does 1/16 of the padded
+#: dot's multiply-adds and stages no K/V in shared memory for the MMA. The padded dot's 15 wasted rows
+#: cost tensor-core issue only, about 16 flop per byte read, below every GPU's ridge, so neither path
+#: is compute bound and the choice rests on resources. Larger groups stay on ``tl.dot``: a group's
+#: elementwise product is a ``[group, tile, head]`` fp32 tensor in registers, which outgrows
+#: :data:`MAX_REGISTERS` from group 4 on (docs/benchmarks.md).
 ELEMENTWISE_MAX_GROUP = 1
 #: 16-bit values of one key tile (``tile × head_pad``) the ``tl.dot`` path aims for, and the most a
 #: tile may hold with 4 warps (more take 8 warps; the elementwise path stays at 4 warps and this size).
+#: A key tile and a value tile live in registers, so ``tile × head_pad`` is the register cost: tile
+#: 64 up to head 128, 32 at head 256 (half for fp32).
 TILE_VALUES_DOT = 8192
 WARP4_VALUES = 4096
 #: Partitions the split-K reduce kernel merges per loop step.
@@ -155,9 +150,11 @@ def decode_config(head_size: int, queries_per_kv: int, element_size: int, capabi
     values = next_pow2(head_size) * element_size // 2  # one key row, in 16-bit values
     if queries_per_kv > ELEMENTWISE_MAX_GROUP:  # tl.dot: a tile's keys and values staged for the MMA
         tile = min(64, max(16, TILE_VALUES_DOT // values))
-        stages = 2 if capability >= 90 and values == 128 else 3  # the one place 3 stages spilled on sm_90
+        # sm_90's ptxas spilled with 3 stages at 128-value rows with split-K (docs/benchmarks.md)
+        stages = 2 if capability >= 90 and values == 128 else 3
         return LaunchConfig(tile, num_warps=4 if tile * values <= WARP4_VALUES else 8, num_stages=stages)
-    tile = min(32, max(8, WARP4_VALUES // values))  # elementwise: a [tile, head] fp32 product per tile
+    # elementwise: a [tile, head] fp32 product per tile; ≤ 32 tokens (64 reached 128 registers with split-K)
+    tile = min(32, max(8, WARP4_VALUES // values))
     return LaunchConfig(tile, num_warps=4, num_stages=2, padded_dot=False)
 
 

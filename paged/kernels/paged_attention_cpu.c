@@ -21,9 +21,7 @@
  * The work of one sequence: its context is cut into tiles of at most 16 tokens that lie in one
  * block, tiles into chunks of at most CHUNK_TILES, fewer where the chunk's keys or values of every
  * KV head would exceed CHUNK_BYTES (a tile of OPT-13B's 40 heads of 128 fp32 channels is 320 KB:
- * one tile per chunk, so step 3 reads values that step 1's prefetches brought into L2; with 16
- * tiles per chunk they came back from memory and the kernel took 1.1-1.25x SDPA's time there,
- * 0.6-1.06x with one tile a chunk; 3 or 6 tiles took 1.4-1.5x the one-tile time). Per chunk:
+ * one tile per chunk, so step 3 reads values that step 1's prefetches brought into L2). Per chunk:
  *   1. the scores of every query head for every tile (q . k times the scale), a tile's keys of
  *      every KV head together (a block of the shipped model holds them in 4 KB);
  *   2. the online softmax: each head's maximum over the chunk; if it grew, the head's
@@ -45,18 +43,18 @@
  *     block table says where the next blocks are, the keys of the block PREFETCH_TOKENS tokens
  *     ahead (across into the next sequence) are prefetched into L1, each block's values into L2
  *     when its keys are read (a share of the lines before each KV head's scores), and the first
- *     lines of keys and values STREAM_TOKENS ahead into L2 (stream_ahead). Without the
- *     prefetches the largest grid point ran 1.35x slower (values) and 1.05x (keys); keys 64
- *     tokens ahead instead of 16-32 were 3-12% slower.
+ *     lines of keys and values STREAM_TOKENS ahead into L2 (stream_ahead).
  *   - portable C for every other head size and CPU (GCC / clang vector types, which the compiler
  *     maps to the CPU's SIMD registers): a tile's keys of one KV head are transposed to
  *     [head_size][16] (8 x 8 blocks in registers), so a head's 16 scores are 16-wide
  *     multiply-adds over its channels; acc += p v runs 8 channels of up to 4 heads at a time in
- *     registers; the same prefetching. An AVX2 build takes 1.5-3x the AVX-512 instances' time.
+ *     registers; the same prefetching.
  *
  * paged_attention_cpu_threads splits the sequences into ranges of about equal token counts, one
  * POSIX thread each; a sequence is computed by one thread with the same code, so the output does
  * not depend on the thread count.
+ *
+ * What the chunk size, the prefetch distances and the two implementations measured: docs/benchmarks.md.
  */
 #include <math.h>
 #include <pthread.h>

@@ -8,33 +8,25 @@ One query token per sequence (decode). Keys and values are read straight from th
 Layout of the work (one Triton program per ``(sequence, KV head[, partition])``):
 
 * **GQA / MQA.** A program owns one KV head and all ``num_heads // num_kv_heads`` query heads
-  that read it, so every key and value is loaded once per KV head, not once per query head. The
-  group of query heads is padded to a power of two ≥ 16 (``tl.dot``'s smallest tile) and masked,
-  which also covers groups such as 5:1. A group of **one** (no GQA, e.g. OPT-13B) takes an
-  elementwise path instead (an fp32 product and sum over the head), which needs no padding; the
-  evidence for that choice is in :mod:`paged.kernels.launch_config`.
-* **Tiles of tokens.** The program walks the context ``TILE`` tokens at a time. Each token's
-  physical slot is looked up in the block table, so the tile size does not depend on the block
-  size (8 to 128) and every block is read exactly once. Positions at or past the context length
-  are masked in the block-table load *and* in the key/value loads: padding entries of the table
-  and the unused tail of the last block are never read.
+  that read it, so every key and value is loaded once per KV head, not once per query head; the
+  group is padded to a power of two ≥ 16 (``tl.dot``'s smallest tile) and masked (groups such as
+  5:1 too). A group of **one** (no GQA, e.g. OPT-13B) takes an elementwise path (an fp32 product
+  and sum over the head, no padding; :data:`~paged.kernels.launch_config.ELEMENTWISE_MAX_GROUP` says why).
+* **Tiles of tokens.** The program walks the context ``TILE`` tokens at a time, looking each
+  token's slot up in the block table, so the tile size does not depend on the block size (8 to
+  128) and every block is read exactly once. Positions at or past the context length are masked
+  in the table *and* the key/value loads: padding entries and a last block's unused tail are never read.
 * **Head sizes** 32, 64, 80, 96, 128, 256: the head dimension is padded to a power of two and masked.
 * **Online softmax** in fp32 (running max ``m``, running sum ``l``, rescaled accumulator), so the
   scores of a sequence never need to fit in memory at once.
 * **Split-K (flash-decoding).** With few sequences and long contexts the grid above has too few
-  programs to fill the GPU. Then the context is cut into partitions of ``partition_size`` tokens
-  (512 by default), each partition is one more program writing its partial ``(m, l, acc)``, and a
-  second kernel merges the partitions with their log-sum-exp weights, 16 partitions per step (so
-  its registers do not grow with the context). See :func:`~paged.kernels.launch_config.use_split_k`.
-* **Launch parameters** (tile, ``num_warps``, ``num_stages``, group path) come from the table in
-  :mod:`paged.kernels.launch_config`; :mod:`paged.kernels.compile_check` compiles every entry ahead
-  of time for sm_80 and sm_90 and checks that nothing spills. Runtime integers that vary from call
-  to call (group size, block-table stride, partition count) are not specialised on, so one
-  compiled variant serves every batch of a shape.
+  programs to fill the GPU (:func:`~paged.kernels.launch_config.use_split_k`). Then the context is
+  cut into partitions of ``partition_size`` tokens (512 by default), each one more program writing
+  its partial ``(m, l, acc)``, merged by :func:`paged_attention_reduce_kernel`.
+* **Launch parameters** (tile, warps, stages, group path): the table of :mod:`paged.kernels.launch_config`,
+  which :mod:`paged.kernels.compile_check` verifies spill-free for sm_80 and sm_90.
 
-Importing this module needs ``triton``. Whether the kernels run compiled (CUDA) or in Triton's
-interpreter is decided when this module is imported: set ``TRITON_INTERPRET=1`` in the
-environment before the first import to run them on CPU tensors (slow; for tests).
+Importing this module needs ``triton``; :data:`INTERPRETED` says how its kernels run on CPU tensors.
 """
 
 from __future__ import annotations
@@ -54,6 +46,8 @@ __all__ = ["paged_attention_triton", "plan_paged_attention", "KernelLaunch", "us
            "DEFAULT_PARTITION_SIZE"]
 
 
+# Integers that vary from call to call (group size, block-table stride, partition count) are not
+# specialised on, so one compiled variant serves every batch of a shape.
 @triton.jit(do_not_specialize=["queries_per_kv", "stride_bt_seq", "max_num_partitions"],
             do_not_specialize_on_alignment=["query_ptr", "block_tables_ptr", "context_lens_ptr"])
 def paged_attention_decode_kernel(
@@ -172,6 +166,8 @@ def paged_attention_decode_kernel(
         )
 
 
+# Split-K's second kernel: merges a sequence's partitions with their log-sum-exp weights, launch_config.REDUCE_CHUNK
+# (16) partitions per step, so its registers do not grow with the context.
 @triton.jit(do_not_specialize=["max_num_partitions"], do_not_specialize_on_alignment=["context_lens_ptr"])
 def paged_attention_reduce_kernel(
     out_ptr,  # [num_seqs, num_heads, head_size], query dtype
@@ -220,7 +216,9 @@ def paged_attention_reduce_kernel(
     )
 
 
-#: True when the kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1 at import time).
+#: True when the kernels run in Triton's CPU interpreter. Whether they run compiled (CUDA) or
+#: interpreted is decided when this module is imported: ``TRITON_INTERPRET=1`` in the environment
+#: before the first import runs them on CPU tensors (slow; for tests).
 INTERPRETED = isinstance(paged_attention_decode_kernel, InterpretedFunction)
 
 

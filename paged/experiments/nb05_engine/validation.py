@@ -20,18 +20,12 @@ simulator predict what the engine measures when it serves a trace. Three steps:
    gives prediction ÷ measurement of throughput and mean normalized latency (target: within 15%),
    and the range of that ratio over the fits of the single passes.
 
-Why several passes: on a shared machine one pass's step times move by 5–10% from one pass to the
-next (a pass takes a few seconds), so a model fitted to one pass carries that pass's luck into
-every prediction. The pooled fit averages the machine's speed over the whole check; the
-single-pass range shows how much a prediction depends on when the profile was taken.
-
-The load it needs: the engine measures wall time, and when the machine has more runnable threads
-than cores (its 1-minute load average above its core count) the engine's thread shares a core
-with others for part of a run, so its steps slow down by amounts no profile taken at another
-minute can know. :func:`validate` records the load before and after every run (the larger) and
-the cores this process may use; a run at a load above :data:`MAX_LOAD_PER_CORE` per core is
-reported but not judged (``judged`` False). Evidence: at load 1.2-1.3 on 2 cores all four runs fell
-within ±15%; at load 3 on 2 cores none did.
+Why several passes: one pass's step times move by 5–10% on a shared machine, so a fit to one pass
+carries its luck into every prediction; the pooled fit averages the whole check, and the single-pass
+range shows how much a prediction depends on when the profile was taken. The engine measures wall
+time, so a machine busier than its cores slows it by amounts no profile can know: :func:`validate`
+records the load around every run, and one above :data:`MAX_LOAD_PER_CORE` per core is reported but
+not judged (``judged`` False; measured evidence for the threshold at :data:`MAX_LOAD_PER_CORE`).
 """
 
 from __future__ import annotations
@@ -68,7 +62,8 @@ PREFILL_LENS = (16, 64, 160, 320, 640, 960)
 #: Prediction ÷ measurement within 1 ± this counts as validated.
 TARGET = 0.15
 #: A run is judged against :data:`TARGET` only when the machine's 1-minute load average stayed at or
-#: below this many runnable threads per core (module docstring).
+#: below this many runnable threads per core: measured on 2 cores, all four runs fell within ±15% at
+#: load 1.2-1.3 and none did at load 3 (above it the engine's thread shares a core for part of a run).
 MAX_LOAD_PER_CORE = 1.0
 
 

@@ -20,13 +20,8 @@ that of its items when they all have one type, a dict's that of its values likew
 whose default is None, or one named in ``optional``, also takes None; a None default without an
 annotation takes anything.
 
-Value rules, given to :func:`check_parameters` so that a bad value fails in the first cells,
-before any heavy work: ``positive`` names must be > 0 and ``nonnegative`` names ≥ 0 (for a list,
-every item, and the list must not be empty; for a dict, every value); ``choices`` maps a name to
-its allowed values (for a list, every item, and the list must not be empty; for a dict, every
-key); ``required_keys`` maps a dict
-parameter to the keys it must have (e.g. one rate per trace of another parameter); ``distinct``
-names lists that must not hold a value twice.
+Value rules (``positive``, ``nonnegative``, ``choices``, ``required_keys``, ``distinct``: see
+:func:`check_parameters`) make a bad value fail in the first cells, before any heavy work.
 
 The figure folder: a notebook left at its default ``output_dir = "../figures"`` writes to the
 checkout's ``figures/`` when its kernel works in ``notebooks/``, and to ``./figures`` from any other
@@ -252,8 +247,10 @@ def check_parameters(namespace: dict, *, positive=(), nonnegative=(), choices=No
 
     Args:
         namespace: the notebook's ``globals()``.
-        positive, nonnegative: parameter names whose numbers must be > 0 / ≥ 0.
-        choices: ``{name: allowed values}``.
+        positive, nonnegative: parameter names whose numbers must be > 0 / ≥ 0 (for a list, every item,
+            and the list must not be empty; for a dict, every value).
+        choices: ``{name: allowed values}`` (for a list, every item, and it must not be empty; for a dict,
+            every key).
         required_keys: ``{dict parameter: keys it must have}``.
         distinct: list parameters that must not hold a value twice (a sweep's axis).
 

@@ -17,14 +17,12 @@ what changes:
   so a decode step costs O(1 + crossings + finishes) instead of O(running sequences).
 
 A decode step runs the iterations the fast-forward would (until a request arrives or finishes, or a
-crossing finds no free block), adding the same per-iteration times in the same order. Everything else
-— admission, preemption by swapping, anything swapped out — is left to the scheduler and the loop with
-fast-forward (:class:`~paged.sim.fast.loop.FastServingLoop`) on up-to-date sequences; a decode that must
-preempt by recomputation is the scheduler's walk over the groups that need blocks
-(:meth:`CalendarServingLoop._preempting_decode`).
-With prefix caching, evictions depend on the order of allocations and frees, so finishing requests free
-in running order and a run that could evict is left to the fast loop. With ``record_sharing`` the blocks
-held with and without sharing (Fig. 15) are summed per iteration in closed form.
+crossing finds no free block), adding the same per-iteration times in the same order. Everything else —
+admission, preemption by swapping, anything swapped out — is left to the scheduler and the fast-forward
+loop (:class:`~paged.sim.fast.loop.FastServingLoop`) on up-to-date sequences; a decode that must preempt
+by recomputation is the scheduler's walk over the groups that need blocks
+(:meth:`CalendarServingLoop._preempting_decode`). With prefix caching, finishing requests free in running
+order and a run that could evict is left to the fast loop (:meth:`CalendarServingLoop._decode`).
 
 Used by :func:`paged.sim.fast.serving_loop` where :func:`applies`: single sequences, parallel samples,
 shared prefixes; no memory breakdown recorded. Results equal the reference's
@@ -55,7 +53,8 @@ class CalendarServingLoop(FastServingLoop):
     """:class:`~paged.core.serving_loop.ServingLoop` whose decode steps follow a calendar (module
     docstring); the same arguments, the same results. Needs the fast scheduler and manager
     (:mod:`paged.sim.fast.manager`), an executor over an ``IterationCostModel``, and groups for which
-    :func:`applies`."""
+    :func:`applies`. With ``record_sharing`` the blocks held with and without sharing (Fig. 15) are
+    summed per iteration in closed form (:meth:`_record_run`)."""
 
     __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_lazy_buckets", "_lazy_need", "_cow", "_lazy", "_held",
                  "_samples", "_context", "_blocks", "_block_size", "_allocates", "_caching", "_decode_times",
@@ -67,7 +66,8 @@ class CalendarServingLoop(FastServingLoop):
         bs = self._block_size = manager.block_size
         # A contiguous reservation already holds every token its request will write: no decode allocates.
         self._allocates = manager.decode_allocates
-        # A prefix cache's evictions depend on the order of allocations and frees (module docstring).
+        # A prefix cache's evictions depend on the order of allocations and frees, so with one, finishing
+        # requests free in running order and a run that could evict is left to the fast loop.
         self._caching = self._allocates and manager.enable_prefix_caching
         self._g = 0
         self._offset: dict[SequenceGroup, int] = {}  # running group -> G - its sequences' generated tokens
@@ -300,7 +300,8 @@ class CalendarServingLoop(FastServingLoop):
         fast-forward's run); with ``record_sharing``, its sharing counts in closed form (:meth:`_record_run`)
         and its busy seconds iteration by iteration (:meth:`_add_busy`). None, changing nothing, if the first
         iteration's blocks are not all free and the scheduler would preempt by swapping, or if a prefix cache
-        could evict otherwise than the step-by-step loop (module docstring)."""
+        could evict otherwise than the step-by-step loop (its evictions depend on the order of allocations
+        and frees)."""
         scheduler, executor, result = self.scheduler, self.executor, self.result
         manager = scheduler.kv_manager
         buckets, lazy_needs, bs = self._buckets, self._lazy_need, self._block_size
