@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from paged.bench import bench_parser
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.cli import positive_int, run_command
 from paged.kernels.bucketed import GatherWorkspace, paged_attention_bucketed, plan_buckets
 from paged.kernels.cpu_kernel import build_library, load_kernel, paged_attention_cpu, plan_cpu_decode
@@ -142,7 +143,7 @@ def compile_time() -> tuple[float, str] | None:
 
 def measure(*, batch_sizes=(1, 8, 32, 64, 128), contexts=(128, 512, 2048), mixes=("uniform", "mixed"),
             dtypes=("float32", "bfloat16"), num_heads: int = 8, num_kv_heads: int = 2, head_size: int = 32,
-            block_size: int = 16, rounds: int = 5, repeats: int = 3, seed: int = 0, threads: int = 1,
+            block_size: int = DEFAULT_BLOCK_SIZE, rounds: int = 5, repeats: int = 3, seed: int = 0, threads: int = 1,
             check: bool = True) -> dict:
     """Time the paged paths and both contiguous baselines at every grid point (module docstring).
 

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from paged.bench import bench_parser
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.cli import positive_int, run_command
 from paged.engine import LLM, SamplingParams
 
@@ -89,7 +90,7 @@ def _dense_round(model, prompts: list[list[int]], decode_steps: int) -> tuple[fl
 
 
 def measure(model_path=None, *, batch_sizes=(8, 32, 64), prompt_len: int = 128, decode_steps: int = 14,
-            rounds: int = 5, block_size: int = 16, seed: int = 0) -> dict:
+            rounds: int = 5, block_size: int = DEFAULT_BLOCK_SIZE, seed: int = 0) -> dict:
     """Interleaved rounds of paged and dense prefill and decode at each batch size (module docstring).
 
     Args:

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 from paged.core.checks import as_positive_int
 
-__all__ = ["BlockAllocator", "OutOfBlocksError"]
+__all__ = ["BlockAllocator", "OutOfBlocksError", "DEFAULT_BLOCK_SIZE"]
+
+#: The KV block size (tokens) wherever one is not given: vLLM's default and the paper's (§7.2: 16 is
+#: large enough to use the GPU well and small enough to waste little of a block).
+DEFAULT_BLOCK_SIZE = 16
 
 
 class OutOfBlocksError(MemoryError):

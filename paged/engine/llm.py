@@ -37,16 +37,17 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.core.checks import as_positive_int, as_token_ids
 from paged.core.max_model_len import check_request_len, derived_max_model_len, verify_max_model_len
 from paged.core.scheduler import PREEMPTION_MODES, Scheduler
 from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop
+from paged.engine.executor import EngineStats, ModelExecutor
 from paged.engine.kv_cache import PagedKVCache
 from paged.engine.model_runner import ModelRunner, model_kv_shape
 from paged.engine.sampling import SamplingParams
 from paged.engine.sequence_group import EngineSequenceGroup
-from paged.engine.executor import EngineStats, ModelExecutor
 from paged.engine.shipped_models import SHIPPED_MODELS, shipped_model_path
 from paged.systems import get_system, make_kv_manager, system_names
 
@@ -201,7 +202,7 @@ class LLM:
         FileNotFoundError: a model path that does not exist.
     """
 
-    def __init__(self, model, *, tokenizer=None, block_size: int = 16, num_gpu_blocks: int | None = None,
+    def __init__(self, model, *, tokenizer=None, block_size: int = DEFAULT_BLOCK_SIZE, num_gpu_blocks: int | None = None,
                  kv_cache_bytes: int | None = None, device=None, dtype=None, preemption: str = "recompute",
                  kv_manager: str = "paged", num_cpu_blocks: int | None = None, max_num_seqs: int = 256,
                  max_num_batched_tokens: int | None = None, max_model_len: int | None = None,

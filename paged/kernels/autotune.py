@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.kernels.launch_config import MAX_REGISTERS, candidate_configs, tuned_key
 
 __all__ = ["TuneShape", "DEFAULT_TUNE_SHAPES", "autotune"]
@@ -29,7 +30,7 @@ class TuneShape:
     num_heads: int
     num_kv_heads: int
     head_size: int
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     dtype: str = "float16"
     batch: int = 32
     context_len: int = 4096

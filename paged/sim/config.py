@@ -17,6 +17,7 @@ import numbers
 from dataclasses import dataclass
 from functools import lru_cache
 
+from paged.block.allocator import DEFAULT_BLOCK_SIZE  # noqa: F401 - also this module's public name
 from paged.core.scheduler import PREEMPTION_MODES
 from paged.core.serving_loop import ServingResult
 from paged.sim import fast
@@ -29,8 +30,6 @@ __all__ = ["ServingConfig", "CPU_SWAP_BYTES_PER_GPU", "DEFAULT_BLOCK_SIZE", "mod
 
 #: CPU swap space of the paged system per GPU (bytes): vLLM's default ``swap_space=4`` GiB.
 CPU_SWAP_BYTES_PER_GPU = 4 * 2**30
-#: The KV block size of a run unless it says otherwise (tokens): vLLM's and the paper's default (§7.2).
-DEFAULT_BLOCK_SIZE = 16
 
 
 @dataclass(frozen=True, slots=True)

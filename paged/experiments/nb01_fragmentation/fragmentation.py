@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from paged.sim.model_spec import GiB, get_model, kv_cache_slots
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.core.serving_loop import ServingResult
+from paged.sim.model_spec import GiB, get_model, kv_cache_slots
 from paged.sim.simulator import simulate
 from paged.systems import FIG2_SYSTEMS, make_kv_manager
 
@@ -33,7 +34,7 @@ SYSTEMS = FIG2_SYSTEMS
 ITERATION_TIME = 0.025
 
 
-def default_num_slots(model: str = "opt-13b", kv_cache_bytes: int = 12 * GiB, block_size: int = 16) -> int:
+def default_num_slots(model: str = "opt-13b", kv_cache_bytes: int = 12 * GiB, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
     """KV slots of the paper's default server: OPT-13B on one A100-40GB, 12 GiB of KV cache
     (Table 1) → 15,728 slots in 16-token blocks."""
     return kv_cache_slots(get_model(model), kv_cache_bytes, block_size)
@@ -44,7 +45,7 @@ def memory_waste(
     system: str,
     *,
     num_slots: int | None = None,
-    block_size: int = 16,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     max_seq_len: int = 2048,
 ) -> tuple[dict[str, float], ServingResult]:
     """Average share of KV memory in token states / reservation / internal / external (Fig. 2).

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.experiments.nb02_sharing.decode_bounds import MAX_NUM_SEQS
 from paged.experiments.nb02_sharing.sharing import prefix_block_note
 from paged.experiments.notebook.paper import (ALPACA_MEAN_LENS, FIG14_GAIN_OVER_ORACLE, FIG15_SHARING_SAVED_PERCENT,
@@ -146,7 +147,7 @@ def _prefix_lens(trace: str) -> tuple[int, float]:
 
 
 def _fig16_rows(prefix_rates: pd.DataFrame | None, prefix_lens: dict | None, sensitivity: pd.DataFrame | None = None,
-                block_size: int = 16) -> list[dict]:
+                block_size: int = DEFAULT_BLOCK_SIZE) -> list[dict]:
     if prefix_rates is None:
         return [{"figure": "Fig. 16", "claim": f"paged ÷ Orca (Oracle) throughput, WMT16 {shot}",
                  "paper": f"{p['gain_over_oracle']}× (prefix {p['prefix_tokens']} tokens)",
@@ -188,7 +189,7 @@ def paper_comparison(gains: pd.DataFrame, saving: pd.DataFrame, *, engine: pd.Da
                      sweep: pd.DataFrame | None = None, rates: pd.DataFrame | None = None,
                      lengths: pd.DataFrame | None = None, trace: str | None = None,
                      prefix_lens: dict | None = None, bounds: pd.DataFrame | None = None,
-                     prefix_sensitivity: pd.DataFrame | None = None, block_size: int = 16) -> pd.DataFrame:
+                     prefix_sensitivity: pd.DataFrame | None = None, block_size: int = DEFAULT_BLOCK_SIZE) -> pd.DataFrame:
     """Every number of §6.3–6.4 the paper states beside this run's, with the measured cause.
 
     Args:

@@ -28,6 +28,7 @@ import statistics
 
 import pandas as pd
 
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, THRESHOLDS, as_names, sustained_rate, \
     sweep
 from paged.experiments.notebook.sweep import run_jobs
@@ -76,7 +77,7 @@ def group_options(decoding: str, width: int) -> dict:
 
 def sustained_rates(settings=FIG14_SETTINGS, systems=FIG14_SYSTEMS, *, model: str = "opt-13b",
                     trace: str = "alpaca-bare", num_requests: int | None = None, duration_scale: float = 1.0,
-                    seed: int = 0, lo: float = 0.1, rel_tol: float = 0.03, workers: int = 2, block_size: int = 16,
+                    seed: int = 0, lo: float = 0.1, rel_tol: float = 0.03, workers: int = 2, block_size: int = DEFAULT_BLOCK_SIZE,
                     threshold: float = LATENCY_THRESHOLD, saturated_requests: int = SATURATED_REQUESTS,
                     probes=(), return_points: bool = False):
     """Each system's sustained rate (req/s, :func:`paged.experiments.serving.sustained_rate`) in every
@@ -117,7 +118,7 @@ def improvement_over_oracle(rates: pd.DataFrame, baseline: str = "orca-oracle") 
 
 def latency_sweep(rates: pd.DataFrame, systems=FIG14_SYSTEMS, *, fractions=(0.2, 0.4, 0.6, 0.8, 1.0, 1.2),
                   model: str = "opt-13b", trace: str = "alpaca-bare", num_requests: int | None = None,
-                  duration_scale: float = 1.0, seed: int = 0, workers: int = 2, block_size: int = 16,
+                  duration_scale: float = 1.0, seed: int = 0, workers: int = 2, block_size: int = DEFAULT_BLOCK_SIZE,
                   known: pd.DataFrame | None = None, latency_cap: float | None = CURVE_LATENCY_CAP) -> pd.DataFrame:
     """Normalized latency of every system at request rates = ``fractions`` × paged's sustained rate in
     each setting of ``rates`` (:func:`sustained_rates`), so each panel spans the interesting range;
@@ -162,7 +163,7 @@ def saving_rates(traces, rates: dict | None = None) -> dict:
 
 def memory_saving(traces=("alpaca-bare", "sharegpt"), widths=(2, 4, 6), *, rates: dict | None = None,
                   model: str = "opt-13b", num_requests: int | None = None, duration_scale: float = 1.0,
-                  seed: int = 0, workers: int = 2, block_size: int = 16) -> pd.DataFrame:
+                  seed: int = 0, workers: int = 2, block_size: int = DEFAULT_BLOCK_SIZE) -> pd.DataFrame:
     """Fig. 15 at paper scale: KV blocks saved by sharing (module docstring) for parallel sampling and
     beam search on each trace, paged on ``model``'s server at ``rates[trace]`` req/s (default 4 for
     Alpaca, 0.5 for ShareGPT: loaded, below the beam-6 sustained rates), each run paper-length
@@ -196,7 +197,7 @@ def memory_saving(traces=("alpaca-bare", "sharegpt"), widths=(2, 4, 6), *, rates
 
 
 def engine_memory_saving(model_path=None, *, trace: str = "alpaca", num_requests: int = 8, widths=(2, 4, 6),
-                         seed: int = 0, block_size: int = 16, length_scale: float | None = 1.0) -> pd.DataFrame:
+                         seed: int = 0, block_size: int = DEFAULT_BLOCK_SIZE, length_scale: float | None = 1.0) -> pd.DataFrame:
     """The real engine's Fig. 15 cross-check: the same measure over its decode steps, prompts and
     output lengths from ``trace`` (times ``length_scale``, clipped to the model's context; None scales
     by context / 2048; EOS ignored so each sample or beam generates its request's length). Columns as
@@ -216,7 +217,7 @@ def available_fig16_traces() -> dict[str, str]:
 
 
 def shared_prefix_rates(*, model: str = "llama-13b", num_requests: int | None = None, duration_scale: float = 1.0,
-                        seed: int = 0, lo: float = 0.1, rel_tol: float = 0.03, workers: int = 2, block_size: int = 16,
+                        seed: int = 0, lo: float = 0.1, rel_tol: float = 0.03, workers: int = 2, block_size: int = DEFAULT_BLOCK_SIZE,
                         threshold: float = LATENCY_THRESHOLD, saturated_requests: int = SATURATED_REQUESTS,
                         probes=(), return_points: bool = False, traces: dict | None = None,
                         systems=FIG16_SYSTEMS):
@@ -262,7 +263,7 @@ FIG16_CURVES = ("paged (reserved prefix)", "orca-oracle")
 
 def shared_prefix_sweep(rates: pd.DataFrame, *, fractions=(0.2, 0.4, 0.6, 0.8, 1.0, 1.2), model: str = "llama-13b",
                         num_requests: int | None = None, duration_scale: float = 1.0, seed: int = 0,
-                        workers: int = 2, block_size: int = 16, known: pd.DataFrame | None = None,
+                        workers: int = 2, block_size: int = DEFAULT_BLOCK_SIZE, known: pd.DataFrame | None = None,
                         latency_cap: float | None = CURVE_LATENCY_CAP, curves=FIG16_CURVES) -> pd.DataFrame:
     """Fig. 16's curves: normalized latency of the :data:`FIG16_SYSTEMS` labels in ``curves`` at
     ``fractions`` × the reserved-prefix paged system's sustained rate on each trace of ``rates``
@@ -316,7 +317,7 @@ def _with_finished(curve: pd.DataFrame, known: pd.DataFrame | None, keys: list[s
 
 
 def length_summary(traces=("alpaca-bare", "sharegpt"), num_requests: int = 1000, seed: int = 0,
-                   block_size: int = 16, tokenizer: str = "gpt2") -> pd.DataFrame:
+                   block_size: int = DEFAULT_BLOCK_SIZE, tokenizer: str = "gpt2") -> pd.DataFrame:
     """What parallel sampling can share, per trace: mean prompt and output lengths (tokens) and the
     share of a request's blocks at its final length that are full prompt blocks (the blocks its
     samples share), ``Σ floor(prompt / bs) ÷ Σ ceil((prompt + output) / bs)``; lengths counted with
@@ -347,7 +348,7 @@ _QUESTIONS = ("How do I install the app on Windows?", "Can I cancel my plan at a
 
 
 def prefix_caching_demo(model_path=None, *, num_requests: int = 32, max_tokens: int = 16, rounds: int = 3,
-                        block_size: int = 16, num_threads: int | None = 1) -> pd.DataFrame:
+                        block_size: int = DEFAULT_BLOCK_SIZE, num_threads: int | None = 1) -> pd.DataFrame:
     """Requests sharing :data:`SYSTEM_PROMPT` on the real engine, prefix caching off and on (§4.4, APC).
 
     Each round serves the same ``num_requests`` prompts (system prompt + one of eight questions, all

@@ -19,6 +19,7 @@ import math
 
 import pandas as pd
 
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.experiments.notebook.paper import (FIG11_MEAN_LENS, FIG12_ALPACA_RATIOS, FIG12_SUSTAINED_RATIOS,
                                               FIG13_BATCHED_REQUESTS, FIG17_CHATBOT_RATIO)
 from paged.experiments.serving import LATENCY_THRESHOLD, SATURATED_REQUESTS, THRESHOLDS, sustained_rate, sweep
@@ -42,7 +43,7 @@ def workload(trace: str) -> str:
 
 
 def capacity(models, traces, systems, *, fractions=(0.3, 0.96), thresholds=THRESHOLDS,
-             duration_scale: dict | float = 1.0, seed: int = 0, block_size: int = 16,
+             duration_scale: dict | float = 1.0, seed: int = 0, block_size: int = DEFAULT_BLOCK_SIZE,
              preemption: str = "recompute", cpu_scale: float = 1.0, rel_tol: float = 0.05,
              saturated_requests: int = SATURATED_REQUESTS, workers: int = 2) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Peak throughput, latency curves and sustained rates (module docstring).

@@ -18,6 +18,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.contiguous import BuddyAllocator, reservation_size
 from paged.experiments.nb03_throughput.throughput import BATCH_COUNTS, workload
 from paged.experiments.notebook.paper import FIG12_RATE_AXES, FIG13_BATCHED_REQUESTS
@@ -272,7 +273,7 @@ def plot_swap_recompute(micro: pd.DataFrame, e2e: pd.DataFrame):
     return fig
 
 
-def kv_footprint(trace, model: str = "opt-13b", block_size: int = 16) -> pd.DataFrame:
+def kv_footprint(trace, model: str = "opt-13b", block_size: int = DEFAULT_BLOCK_SIZE) -> pd.DataFrame:
     """KV cache slots (tokens) a running request holds under each system, on ``trace``.
 
     Averages are over iterations: a request counts once per output token it generates, as it

@@ -36,10 +36,11 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from paged.kernels.cpu_kernel import load_kernel, paged_attention_cpu, plan_cpu_decode
-from paged.kernels.reference import contiguous_attention, gather_kv, paged_attention_torch
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.experiments.notebook.paper import FIG18A_PAGED_OVER_CONTIGUOUS
 from paged.experiments.notebook.plotting import SYSTEM_COLORS, plain_log_ticks
+from paged.kernels.cpu_kernel import load_kernel, paged_attention_cpu, plan_cpu_decode
+from paged.kernels.reference import contiguous_attention, gather_kv, paged_attention_torch
 
 __all__ = ["PEAK_HBM_GBPS", "ROOFLINE_GPUS", "ROOFLINE_COLUMNS", "PAPER_RATIO", "peak_bandwidth_gbps", "bytes_per_call",
            "roofline", "roofline_table",
@@ -92,7 +93,7 @@ def roofline(total_bytes: int) -> dict[str, float]:
 
 
 def roofline_table(context_lens, batch_sizes, *, num_heads: int = 40, num_kv_heads: int = 40, head_size: int = 128,
-                   block_size: int = 16, dtype: str = "float16") -> pd.DataFrame:
+                   block_size: int = DEFAULT_BLOCK_SIZE, dtype: str = "float16") -> pd.DataFrame:
     """The roofline of every (batch, context length) point, measured or not (defaults: OPT-13B, fp16).
 
     Returns:
@@ -196,7 +197,7 @@ def _time_cuda_ms(fn, repeats: int) -> float:
 
 
 def measure_point(batch: int, context_len: int, *, num_heads: int = 40, num_kv_heads: int = 40,
-                  head_size: int = 128, block_size: int = 16, dtype: torch.dtype = torch.float32,
+                  head_size: int = 128, block_size: int = DEFAULT_BLOCK_SIZE, dtype: torch.dtype = torch.float32,
                   device: torch.device = torch.device("cpu"), repeats: int = 5) -> dict:
     """Time paged and contiguous attention at one (batch, context length) point.
 
@@ -248,7 +249,7 @@ def measure_point(batch: int, context_len: int, *, num_heads: int = 40, num_kv_h
 
 
 def compare_launches(batch: int, context_len: int, variants: dict[str, dict], *, num_heads: int = 40,
-                     num_kv_heads: int = 40, head_size: int = 128, block_size: int = 16,
+                     num_kv_heads: int = 40, head_size: int = 128, block_size: int = DEFAULT_BLOCK_SIZE,
                      dtype: torch.dtype = torch.float16, device: torch.device | None = None,
                      repeats: int = 5) -> dict[str, float]:
     """GPU only: the Triton paged kernel's latency (µs, do_bench median) under each named set of
@@ -272,7 +273,7 @@ def compare_launches(batch: int, context_len: int, variants: dict[str, dict], *,
 
 
 def sweep(context_lens, batch_sizes, *, num_heads: int = 40, num_kv_heads: int = 40, head_size: int = 128,
-          block_size: int = 16, dtype: str = "auto", device: str = "auto", repeats: int = 5,
+          block_size: int = DEFAULT_BLOCK_SIZE, dtype: str = "auto", device: str = "auto", repeats: int = 5,
           max_kv_bytes: int | None = None, progress: bool = False) -> pd.DataFrame:
     """Every (batch, context length) point of Fig. 18a as a table (rows of :func:`measure_point`).
 

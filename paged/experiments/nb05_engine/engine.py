@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.engine import LLM, SamplingParams
 from paged.experiments.nb05_engine.hf_baselines import run_hf_generate_batch, run_hf_static
 from paged.experiments.notebook.plotting import SYSTEM_COLORS, integer_ticks, plain_log_ticks
@@ -91,7 +92,7 @@ def _engine_row(system: str, llm: LLM, prompts, outputs) -> dict:
 
 
 def throughput_comparison(model_path=DEFAULT_MODEL, *, num_requests: int = 128, kv_cache_tokens: int = 8192,
-                          block_size: int = 16, seed: int = 0, length_scale: float | None = None,
+                          block_size: int = DEFAULT_BLOCK_SIZE, seed: int = 0, length_scale: float | None = None,
                           systems=SYSTEMS, max_num_seqs: int = 256, num_threads: int | None = None,
                           rounds: int = 1, preemption: str = "recompute", swap_space: float = 0.25) -> pd.DataFrame:
     """Serve the same requests under each system with ``kv_cache_tokens`` KV slots, ``rounds`` times.
@@ -219,7 +220,7 @@ def ratio_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def sharing_savings(model_path=DEFAULT_MODEL, *, num_requests: int = 8, widths=(2, 4, 6), max_tokens: int | None = 32,
-                    block_size: int = 16, seed: int = 0, length_scale: float | None = None,
+                    block_size: int = DEFAULT_BLOCK_SIZE, seed: int = 0, length_scale: float | None = None,
                     trace: str = "sharegpt") -> pd.DataFrame:
     """Fig. 15: KV blocks in use with sharing vs without, parallel sampling (n) and beam search (width).
 

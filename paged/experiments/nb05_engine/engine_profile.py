@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from torch.profiler import ProfilerActivity, profile
 
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.engine import LLM, SamplingParams
 from paged.experiments.nb05_engine.engine import DEFAULT_MODEL, sharegpt_requests, torch_threads
 
@@ -40,7 +41,7 @@ OP_CATEGORIES = {
 
 
 def decode_step_cost(model_path=DEFAULT_MODEL, *, batch_sizes=(1, 8, 16, 32, 64, 128), context_len: int = 128,
-                     decode_steps: int = 16, block_size: int = 16, num_threads: int | None = 1) -> pd.DataFrame:
+                     decode_steps: int = 16, block_size: int = DEFAULT_BLOCK_SIZE, num_threads: int | None = 1) -> pd.DataFrame:
     """Median decode-step wall time of the paged engine per batch size (seconds).
 
     Each batch is ``B`` random prompts of ``context_len`` tokens, each generating ``decode_steps + 1``
@@ -79,7 +80,7 @@ def decode_step_cost(model_path=DEFAULT_MODEL, *, batch_sizes=(1, 8, 16, 32, 64,
 
 
 def op_time_shares(model_path=DEFAULT_MODEL, *, num_requests: int = 64, kv_cache_tokens: int = 8192,
-                   block_size: int = 16, seed: int = 0, max_output_len: int | None = None,
+                   block_size: int = DEFAULT_BLOCK_SIZE, seed: int = 0, max_output_len: int | None = None,
                    num_threads: int | None = 1) -> pd.DataFrame:
     """Share of the paged engine's wall time per op category, serving ShareGPT-length requests.
 

@@ -39,6 +39,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.core.checks import as_positive_int
 from paged.core.metrics import request_metrics
 from paged.engine import LLM, SamplingParams
@@ -187,7 +188,7 @@ def _check_arguments(rate_fractions, decode_steps, num_requests, kv_cache_tokens
 
 
 def validate(model_path=DEFAULT_MODEL, *, num_requests: int = 64, rate_fractions=(0.3, 0.6, 0.9),
-             kv_cache_tokens: int = 8192, block_size: int = 16, seed: int = 0, preemption: str = "recompute",
+             kv_cache_tokens: int = 8192, block_size: int = DEFAULT_BLOCK_SIZE, seed: int = 0, preemption: str = "recompute",
              num_threads: int | None = 1, profile: pd.DataFrame | None = None, decode_steps: int = 4):
     """Profile the engine, fit the CPU cost model, and compare simulation with measurement (module docstring).
 
