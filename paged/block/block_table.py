@@ -34,7 +34,7 @@ class BlockTable:
             out of range. O(blocks).
     """
 
-    __slots__ = ("_allocator", "_blocks", "_num_tokens")
+    __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens")
 
     def __init__(self, allocator: BlockAllocator, blocks=(), num_tokens: int = 0) -> None:
         if not isinstance(allocator, BlockAllocator):
@@ -47,6 +47,7 @@ class BlockTable:
         if needed != len(blocks) or num_tokens < 0:
             raise ValueError(f"{num_tokens} tokens need {needed} blocks of {allocator.block_size}, got {len(blocks)}")
         self._allocator = allocator
+        self._block_size = allocator.block_size  # read on every append: kept, as the allocator's never changes
         self._blocks: list[int] = list(blocks)
         self._num_tokens = num_tokens
 
@@ -78,8 +79,8 @@ class BlockTable:
 
     def needs_copy_on_write(self) -> bool:
         """True if the next token lands in a shared, partly filled last block (§4.4). O(1)."""
-        return bool(self._blocks) and needs_copy(self._num_tokens, self._allocator.block_size,
-                                                 self._allocator.ref_count(self._blocks[-1]))
+        blocks = self._blocks
+        return bool(blocks) and needs_copy(self._num_tokens, self._block_size, self._allocator.ref_count(blocks[-1]))
 
     def num_new_blocks(self, num_tokens: int) -> int:
         """Free blocks that :meth:`append_tokens` of ``num_tokens`` takes (blocks): those past the last
@@ -92,8 +93,11 @@ class BlockTable:
             raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
         if num_tokens == 0:
             return 0
-        past_last = -(-(self._num_tokens + num_tokens) // self._allocator.block_size) - len(self._blocks)
-        return past_last + self.needs_copy_on_write()
+        return self._blocks_past_last(num_tokens) + self.needs_copy_on_write()
+
+    def _blocks_past_last(self, num_tokens: int) -> int:
+        """Blocks past the last one that ``num_tokens`` more tokens cross into (blocks). O(1)."""
+        return -(-(self._num_tokens + num_tokens) // self._block_size) - len(self._blocks)
 
     # -- mutation ---------------------------------------------------------------------
     def append_tokens(self, num_tokens: int) -> list[tuple[int, int]]:
@@ -114,19 +118,25 @@ class BlockTable:
             OutOfBlocksError: if fewer blocks are free than the append takes.
         """
         num_tokens = as_int(num_tokens, "a token count")
-        needed = self.num_new_blocks(num_tokens)
-        free = self._allocator.num_free_blocks
-        if needed > free:
+        if num_tokens <= 0:
+            if num_tokens < 0:
+                raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
+            return []
+        copy = self.needs_copy_on_write()  # decided once: the planning below and the copy agree
+        new_blocks = self._blocks_past_last(num_tokens)
+        allocator = self._allocator
+        free = allocator.num_free_blocks
+        if new_blocks + copy > free:  # all or nothing: checked before anything changes
+            needed = new_blocks + copy
             raise OutOfBlocksError(f"appending {num_tokens} token{'s' * (num_tokens != 1)} needs {needed} free "
                                    f"block{'s' * (needed != 1)}, {free} {'is' if free == 1 else 'are'} free")
         copies = []
-        if num_tokens and self.needs_copy_on_write():
-            copies.append(copy_on_write(self._allocator, self._blocks[-1]))
+        if copy:
+            copies.append(copy_on_write(allocator, self._blocks[-1]))
             self._blocks[-1] = copies[0][1]
         self._num_tokens += num_tokens
-        block_size = self._allocator.block_size
-        while len(self._blocks) * block_size < self._num_tokens:
-            self._blocks.append(self._allocator.allocate())
+        for _ in range(new_blocks):
+            self._blocks.append(allocator.allocate())
         return copies
 
     def fork(self) -> BlockTable:
@@ -164,12 +174,12 @@ class BlockTable:
         start, end = as_int(start, "slot_mapping's start"), as_int(end, "slot_mapping's end")
         if not 0 <= start <= end <= self._num_tokens:
             raise ValueError(f"slot_mapping({start}, {end}) outside the table's {self._num_tokens} tokens")
-        block_size, blocks = self._allocator.block_size, self._blocks
+        block_size, blocks = self._block_size, self._blocks
         return [blocks[i // block_size] * block_size + i % block_size for i in range(start, end)]
 
     def check_invariants(self) -> None:
         """Raise AssertionError unless the table covers its tokens with the fewest blocks. O(1)."""
-        needed = -(-self._num_tokens // self._allocator.block_size)
+        needed = -(-self._num_tokens // self._block_size)
         assert len(self._blocks) == needed, f"{len(self._blocks)} blocks for {self._num_tokens} tokens"
 
     def __repr__(self) -> str:

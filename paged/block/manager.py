@@ -67,10 +67,11 @@ class PagedKVCacheManager:
         if not 0.0 <= watermark < 1.0:
             raise ValueError(f"watermark must be in [0, 1), got {watermark}")
         if enable_prefix_caching:
-            self.gpu_allocator: BlockAllocator = PrefixCachingBlockAllocator(num_gpu_blocks, block_size, hash_fn=hash_fn)
+            self.gpu_allocator: BlockAllocator = self.prefix_caching_allocator_class(num_gpu_blocks, block_size,
+                                                                                    hash_fn=hash_fn)
         else:
-            self.gpu_allocator = BlockAllocator(num_gpu_blocks, block_size)
-        self.cpu_allocator = BlockAllocator(num_cpu_blocks, block_size) if num_cpu_blocks else None
+            self.gpu_allocator = self.allocator_class(num_gpu_blocks, block_size)
+        self.cpu_allocator = self.allocator_class(num_cpu_blocks, block_size) if num_cpu_blocks else None
         self.block_size = block_size
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.enable_prefix_caching = enable_prefix_caching
@@ -81,8 +82,10 @@ class PagedKVCacheManager:
 
     #: A fork shares the parent's blocks: no KV is copied (§4.4).
     fork_copies_kv = False
-    #: The class of the block tables the manager makes (a subclass may make its own).
+    #: The classes of the block tables and allocators the manager makes (a subclass may make its own).
     block_table_class = BlockTable
+    allocator_class = BlockAllocator
+    prefix_caching_allocator_class = PrefixCachingBlockAllocator
 
     @property
     def num_total_slots(self) -> int:
@@ -190,13 +193,16 @@ class PagedKVCacheManager:
         O(sequences)."""
         needed = 0
         writers: dict[int, int] = {}  # a partly filled last block -> the sequences writing into it
+        tables, block_size = self.block_tables, self.block_size
         for seq in seqs:
-            table = self.block_tables[seq.seq_id]
-            if seq.num_tokens <= table.num_tokens:
+            table = tables[seq.seq_id]
+            has, wants = table.num_tokens, seq.num_tokens
+            if wants <= has:
                 continue
-            needed += _cdiv(seq.num_tokens, self.block_size) - table.num_blocks
-            if table.num_tokens % self.block_size:
-                writers[table.last_block] = writers.get(table.last_block, 0) + 1
+            needed += _cdiv(wants, block_size) - table.num_blocks
+            if has % block_size:
+                last = table.last_block
+                writers[last] = writers.get(last, 0) + 1
         for block, num_writers in writers.items():
             needed += copies_for_writers(allocator.ref_count(block), num_writers)
         return needed
