@@ -24,6 +24,7 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from paged.experiments.notebook.ticks import plain_log_ticks
 from paged.sim.cost_model import ASSUMPTION_RANGES, get_cost_model
 
 __all__ = ["kernel_and_copy_table", "plot_assumptions"]
@@ -67,6 +68,7 @@ def plot_assumptions(peaks: pd.DataFrame, table: pd.DataFrame):
         for baseline, line in part.groupby("baseline", sort=False):
             line = line.sort_values("value")
             a.plot(1e3 * line["value"], line["peak ÷"], marker="o", label=baseline)
+        a.set_xticks(sorted(set(1e3 * part["value"])))  # the range's ends and centre: 0, 1, 2 ms
         a.set(xlabel="host cost per iteration (ms)", ylabel="peak paged ÷ baseline",
               title=f"(a) {part['model'].iloc[0]}, {part['trace'].iloc[0]}")
         a.legend(frameon=False, fontsize=7)
@@ -79,6 +81,7 @@ def plot_assumptions(peaks: pd.DataFrame, table: pd.DataFrame):
             ax.plot(line["block_size"], line["ratio"], marker="o", label=f"{end}: {label}",
                     linestyle="-" if end == "central" else "--")
         ax.set_xscale("log", base=2)
+        plain_log_ticks(ax.xaxis)  # 8, 16, 32 tokens, not 2^3
         ax.axhline(1.0, color="0.6", linewidth=0.8)
         ax.set(xlabel="block size (tokens)", ylabel=part["quantity"].iloc[0], title=title)
         ax.legend(frameon=False, fontsize=7)

@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from paged.experiments.notebook.ticks import plain_log_ticks
 from paged.sim import gpu_measurements as gm
 from paged.sim.config import DEFAULT_BLOCK_SIZE
 from paged.sim.cost_model import CostModel, ServerSpec
@@ -119,9 +120,13 @@ def plot_validation(points: pd.DataFrame):
     keys = list(dict.fromkeys(zip(points["gpu"], points["model"])))
     colors = dict(zip(keys, plt.get_cmap("tab10")(np.arange(len(keys)) % 10)))
     markers = {"decode": "o", "prefill": "s", "without attention": "^"}
+    first_of_key, first_of_kind = {}, {}  # the legend shows the style of a line drawn, never a proxy
     for (gpu, model, kind, tp), part in points.groupby(["gpu", "model", "kind", "tp"], sort=False):
         style = dict(color=colors[gpu, model], marker=markers.get(kind, "x"), linestyle="none", markersize=4,
                      markerfacecolor="none" if tp > 1 else colors[gpu, model])
+        first_of_key.setdefault((gpu, model), style)
+        if kind not in first_of_kind or tp > 1:  # an open marker says the kind without a model's colour
+            first_of_kind[kind] = style
         ax1.plot(1e3 * part["measured_s"], 1e3 * part["simulated_s"], **style)
         ax2.plot(part["tokens"] * (1 + 0.04 * np.log2(tp)), part["ratio"], **style)
     lo, hi = 1e3 * points[["measured_s", "simulated_s"]].min().min(), 1e3 * points[["measured_s", "simulated_s"]].max().max()
@@ -134,10 +139,11 @@ def plot_validation(points: pd.DataFrame):
     ax2.axhspan(1 / 1.2, 1.2, color="grey", alpha=0.15, linewidth=0)
     ax2.set(xscale="log", xlabel="tokens per iteration (decode batch or prompt)", ylabel="simulated ÷ measured",
             title="(b) the ratio (open markers: 4 or 8 GPUs)", ylim=(0.5, 1.6))
-    handles = [plt.Line2D([], [], color=colors[k], marker="o", linestyle="none", label=f"{k[0].upper()} {k[1]}")
-               for k in keys]
-    handles += [plt.Line2D([], [], color="black", marker=m, linestyle="none", markerfacecolor="none", label=kind)
-                for kind, m in markers.items() if kind in set(points["kind"])]
+    handles = [plt.Line2D([], [], **first_of_key[k], label=f"{k[0].upper()} {k[1]}") for k in keys]
+    handles += [plt.Line2D([], [], **{**first_of_kind[kind], "color": "black"}, label=kind)
+                for kind in markers if kind in first_of_kind]
     ax2.legend(handles=handles, fontsize=7, loc="upper left", ncol=2, frameon=False)
+    for axis in (ax1.xaxis, ax1.yaxis, ax2.xaxis):  # 0.1, 1, 10 ms; 1, 16, 256 tokens: as a paper prints them
+        plain_log_ticks(axis)
     fig.tight_layout()
     return fig

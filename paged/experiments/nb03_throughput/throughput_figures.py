@@ -318,7 +318,7 @@ def plot_kv_footprint(footprint: pd.DataFrame):
     Orca bar the bound memory sets on paged's gain over it (paged's requests ÷ its)."""
     order = _system_order(footprint["system"])
     fit = footprint.set_index("system").loc[order, "requests_that_fit"]
-    fig, ax = plt.subplots(figsize=(5.0, 3.0))
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
     ax.bar(range(len(order)), fit, color=[SYSTEM_COLORS.get(s, "0.4") for s in order])
     for k, (system, value) in enumerate(fit.items()):
         if system != "paged" and "paged" in fit:
