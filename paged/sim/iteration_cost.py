@@ -27,7 +27,7 @@ from functools import partial
 from paged.core.scheduler import SchedulerOutputs
 from paged.core.sequence import SequenceStatus
 
-__all__ = ["IterationCostModel"]
+__all__ = ["IterationCostModel", "ConstantIterationTime"]
 
 
 class IterationCostModel:
@@ -87,3 +87,28 @@ class IterationCostModel:
                     num_seqs += 1
                     context += seq.num_tokens
         return t + self.decode_time(num_seqs, context)
+
+
+class ConstantIterationTime(IterationCostModel):
+    """Every iteration takes ``seconds``, whatever it computes, swaps or copies: the clock of a study of
+    memory alone (Fig. 2), where time only spaces arrivals against iterations.
+
+    Raises:
+        ValueError: if ``seconds`` is not a finite number > 0.
+    """
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
+            raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
+        self.seconds = float(seconds)
+
+    def prefill_time(self, prompt_lens: list[int]) -> float:
+        return self.seconds
+
+    def decode_time(self, num_seqs: int, context_tokens: int) -> float:
+        return self.seconds
+
+    def swap_time(self, num_blocks: int) -> float:
+        return 0.0

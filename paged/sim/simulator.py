@@ -38,7 +38,7 @@ from paged.sim.cost_model import CostModel
 from paged.sim.executor import SimulatedExecutor
 from paged.sim.iteration_cost import IterationCostModel
 
-__all__ = ["simulate", "groups_from_trace", "gc_paused", "SimSequenceGroup", "SHARED_PREFIX_MODES"]
+__all__ = ["simulate", "make_kv_manager", "groups_from_trace", "gc_paused", "SimSequenceGroup", "SHARED_PREFIX_MODES"]
 
 #: How requests carrying a shared prefix (``prefix_len``) share it: ``"reserved"``, the provider-reserved
 #: prefix of §4.4 (its blocks computed in advance and shared); ``"tokens"``, found by automatic prefix
@@ -71,6 +71,13 @@ def gc_paused():
     finally:
         if enabled:
             gc.enable()
+
+
+def make_kv_manager(system: str, num_blocks: int, block_size: int, **kwargs):
+    """The KV cache manager :func:`simulate` serves fastest with the same results: that of
+    :func:`paged.systems.make_kv_manager` (same arguments, same errors), its fast-path subclass while
+    :mod:`paged.sim.fast`'s switch is on. Capacity in blocks."""
+    return fast.make_kv_manager(system, num_blocks, block_size, **kwargs)
 
 
 def groups_from_trace(trace: Seq, *, n: int = 1, beam_width: int = 1,

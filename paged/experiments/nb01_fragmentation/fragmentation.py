@@ -1,7 +1,7 @@
 """Where KV cache memory goes: the paper's Fig. 2 and the waste-vs-block-size sweep (§3, §6.2).
 
 Each system serves the same trace with the same scheduler; only the KV cache manager differs
-(:data:`SYSTEMS`, built by :func:`paged.systems.make_kv_manager`). Time does not matter for where
+(:data:`SYSTEMS`, built by :func:`paged.sim.simulator.make_kv_manager`). Time does not matter for where
 memory goes when every request is already waiting (``rate=inf``, the default), so iterations take
 a constant :data:`ITERATION_TIME`; a finite rate uses it to space arrivals against iterations.
 """
@@ -12,9 +12,10 @@ import pandas as pd
 
 from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.core.serving_loop import ServingResult
+from paged.sim.iteration_cost import ConstantIterationTime
 from paged.sim.model_spec import GiB, get_model, kv_cache_slots
-from paged.sim.simulator import simulate
-from paged.systems import FIG2_SYSTEMS, make_kv_manager
+from paged.sim.simulator import make_kv_manager, simulate
+from paged.systems import FIG2_SYSTEMS
 
 __all__ = [
     "SYSTEMS",
@@ -63,7 +64,7 @@ def memory_waste(
     """
     num_slots = num_slots or default_num_slots(block_size=block_size)
     manager = make_kv_manager(system, num_slots // block_size, block_size, max_seq_len=max_seq_len)
-    result = simulate(trace, manager, lambda outputs: ITERATION_TIME, max_seq_len=max_seq_len)
+    result = simulate(trace, manager, ConstantIterationTime(ITERATION_TIME), max_seq_len=max_seq_len)
     if result.memory.iterations == 0:
         raise ValueError(f"{system}: no iteration had a waiting request ({len(trace)} requests never fill the "
                          f"{num_slots}-slot KV cache), so the average over waiting iterations is undefined; "
