@@ -37,9 +37,17 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
+def _parsed(kind, text: str, what: str):
+    """``kind(text)``, or the error argparse prints as ``argument --x: must be <what>, got 'abc'``."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer ≥ 1 (argparse names the option in its error)."""
-    value = int(text)
+    value = _parsed(int, text, "an integer ≥ 1")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
     return value
@@ -47,7 +55,7 @@ def positive_int(text: str) -> int:
 
 def nonnegative_int(text: str) -> int:
     """argparse type: an integer ≥ 0."""
-    value = int(text)
+    value = _parsed(int, text, "an integer ≥ 0")
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
     return value
@@ -55,7 +63,7 @@ def nonnegative_int(text: str) -> int:
 
 def seed_int(text: str) -> int:
     """argparse type: a seed in [0, 2**32)."""
-    value = int(text)
+    value = _parsed(int, text, "an integer in [0, 2**32)")
     if not 0 <= value < 2**32:
         raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32), got {value}")
     return value
@@ -66,14 +74,15 @@ def count_or_all(text: str) -> int | None:
     if text.strip().lower() == "all":
         return None
     try:
-        return positive_int(text)
+        int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer ≥ 1 or 'all', got {text!r}") from None
+    return positive_int(text)
 
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
-    value = float(text)
+    value = _parsed(float, text, "a finite number > 0")
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value}")
     return value
@@ -270,6 +279,8 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
     from paged.experiments.notebook.sweep_summary import print_summary
 
     grid_file = Path(args.grid).is_file()
+    if not grid_file and args.grid.strip().endswith((".yaml", ".yml", ".json")):  # a file name, not YAML
+        raise FileNotFoundError(f"--grid file {args.grid} does not exist")
     where = f"--grid file {args.grid}" if grid_file else "--grid"  # each error names the file it read
     try:
         text = Path(args.grid).read_text(encoding="utf-8") if grid_file else args.grid

@@ -307,3 +307,11 @@ def test_a_bad_papermill_parameter_is_one_error_line_naming_the_notebook(data, t
     err = assert_one_error_line(["sweep-notebook", notebook, "--grid", grid, "--out", str(tmp_path / "o")])
     assert f"{stem}.ipynb" in err and name in err, err
     assert not (tmp_path / "o").exists()  # nothing ran
+
+
+def test_a_missing_grid_file_and_a_word_for_a_number_are_named_plainly(tmp_path):
+    err = assert_one_error_line(["sweep-notebook", "notebooks/01_fragmentation.ipynb", "--grid",
+                                 str(tmp_path / "nofile.yaml"), "--out", str(tmp_path / "o")])
+    assert "nofile.yaml does not exist" in err
+    err = assert_one_error_line(["simulate", "--block-size", "abc"])
+    assert "--block-size: must be an integer ≥ 1, got 'abc'" in err and "positive_int" not in err

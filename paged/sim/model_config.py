@@ -177,7 +177,8 @@ def spec_from_hf_config(name: str, config, max_seq_len: int | None = None, sourc
         inter = optional("n_inner", 4 * hidden)
     else:
         inter = _int(config, family.intermediate, source)
-    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float16"
+    # ``torch_dtype`` only as a plain attribute (a namespace): transformers 5's property of that name warns
+    dtype = getattr(config, "dtype", None) or vars(config).get("torch_dtype") or "float16"
     dtype_name = str(dtype).removeprefix("torch.")
     if dtype_name not in _DTYPE_BYTES:
         raise ValueError(f"{source}: dtype {dtype_name!r} is not one of {sorted(_DTYPE_BYTES)}")
