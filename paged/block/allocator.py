@@ -108,6 +108,38 @@ class BlockAllocator:
             raise ValueError(f"cannot share physical block {block_id}: it is free")
         self._ref_counts[block_id] += 1
 
+    def incref_all(self, blocks: list[int]) -> None:
+        """Add one reference to each of a block table's ``blocks`` (a fork, §4.4): all or nothing. O(blocks).
+
+        The ids are a table's, checked when they entered it, so only each count is checked here.
+
+        Raises:
+            ValueError: if a block is free; no count has changed then.
+        """
+        counts = self._ref_counts
+        for i, block_id in enumerate(blocks):
+            if counts[block_id] == 0:
+                for done in blocks[:i]:  # undo, so a failed fork changes nothing
+                    counts[done] -= 1
+                raise ValueError(f"cannot share physical block {block_id}: it is free")
+            counts[block_id] += 1
+
+    def free_all(self, blocks: list[int]) -> None:
+        """Drop one reference to each of a block table's ``blocks``, tail first (:meth:`free` of each, in
+        that order). O(blocks).
+
+        Raises:
+            ValueError: if a block is already free; the blocks after it (in the table's order) stay freed.
+        """
+        counts = self._ref_counts
+        for block_id in reversed(blocks):
+            count = counts[block_id]
+            if count == 0:
+                raise ValueError(f"double free: physical block {block_id} is already free")
+            counts[block_id] = count - 1
+            if count == 1:
+                self._return_free_block(block_id)
+
     def ref_count(self, block_id: int) -> int:
         """Logical blocks, across every table, that point at ``block_id``. O(1).
 
@@ -115,11 +147,11 @@ class BlockAllocator:
             ValueError: if the id is out of range.
             TypeError: if the id is not an integer.
         """
-        if type(block_id) is not int:  # a float or a bool would index the list silently
+        if type(block_id) is int and 0 <= block_id < self._num_blocks:  # a float or bool would index silently
+            return self._ref_counts[block_id]
+        if type(block_id) is not int:
             raise TypeError(f"block id must be an integer, got {block_id!r}")
-        if not 0 <= block_id < self._num_blocks:
-            raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
-        return self._ref_counts[block_id]
+        raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
 
     # -- the free pool (a prefix-caching allocator keeps freed cached blocks apart, prefix_caching.py) --
     def _take_free_block(self) -> int:

@@ -12,7 +12,7 @@ in one batched step (§5.1).
 from __future__ import annotations
 
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
-from paged.block.copy_on_write import copy_on_write, needs_copy
+from paged.block.copy_on_write import copy_on_write
 from paged.core.checks import as_int
 
 __all__ = ["BlockTable"]
@@ -27,6 +27,7 @@ class BlockTable:
             hands over to the table (its :meth:`free` drops them): a swapped sequence's new blocks
             (§4.5), a planned prefill's; empty (the default) for a new sequence. Copied.
         num_tokens: tokens those blocks hold (tokens); they must need exactly ``len(blocks)`` blocks.
+        validate: False skips the checks below, for blocks already checked by a table (a fork's copy).
 
     Raises:
         TypeError: if ``allocator`` is not a :class:`BlockAllocator`, or a count or id is not an integer.
@@ -36,16 +37,18 @@ class BlockTable:
 
     __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens")
 
-    def __init__(self, allocator: BlockAllocator, blocks=(), num_tokens: int = 0) -> None:
-        if not isinstance(allocator, BlockAllocator):
-            raise TypeError(f"BlockTable needs a BlockAllocator, got {type(allocator).__name__}")
-        num_tokens = as_int(num_tokens, "a token count")
-        for block_id in blocks:
-            if allocator.ref_count(block_id) == 0:
-                raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
-        needed = -(-num_tokens // allocator.block_size)
-        if needed != len(blocks) or num_tokens < 0:
-            raise ValueError(f"{num_tokens} tokens need {needed} blocks of {allocator.block_size}, got {len(blocks)}")
+    def __init__(self, allocator: BlockAllocator, blocks=(), num_tokens: int = 0, *, validate: bool = True) -> None:
+        if validate:
+            if not isinstance(allocator, BlockAllocator):
+                raise TypeError(f"BlockTable needs a BlockAllocator, got {type(allocator).__name__}")
+            num_tokens = as_int(num_tokens, "a token count")
+            for block_id in blocks:
+                if allocator.ref_count(block_id) == 0:
+                    raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
+            needed = -(-num_tokens // allocator.block_size)
+            if needed != len(blocks) or num_tokens < 0:
+                raise ValueError(f"{num_tokens} tokens need {needed} blocks of {allocator.block_size}, "
+                                 f"got {len(blocks)}")
         self._allocator = allocator
         self._block_size = allocator.block_size  # read on every append: kept, as the allocator's never changes
         self._blocks: list[int] = list(blocks)
@@ -78,9 +81,14 @@ class BlockTable:
         return self._blocks[-1] if self._blocks else None
 
     def needs_copy_on_write(self) -> bool:
-        """True if the next token lands in a shared, partly filled last block (§4.4). O(1)."""
-        blocks = self._blocks
-        return bool(blocks) and needs_copy(self._num_tokens, self._block_size, self._allocator.ref_count(blocks[-1]))
+        """True if the next token lands in a shared, partly filled last block (§4.4): the one place a copy
+        is decided. O(1).
+
+        The next token goes into the last block only while that block is partly filled (a full block is
+        never written again: the next token starts a fresh one); writing there needs a private copy when
+        another logical block also points at it (reference count above 1).
+        """
+        return self._num_tokens % self._block_size != 0 and self._allocator.ref_count(self._blocks[-1]) > 1
 
     def num_new_blocks(self, num_tokens: int) -> int:
         """Free blocks that :meth:`append_tokens` of ``num_tokens`` takes (blocks): those past the last
@@ -93,11 +101,12 @@ class BlockTable:
             raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
         if num_tokens == 0:
             return 0
-        return self._blocks_past_last(num_tokens) + self.needs_copy_on_write()
+        return -(-(self._num_tokens + num_tokens) // self._block_size) - len(self._blocks) + self.needs_copy_on_write()
 
-    def _blocks_past_last(self, num_tokens: int) -> int:
-        """Blocks past the last one that ``num_tokens`` more tokens cross into (blocks). O(1)."""
-        return -(-(self._num_tokens + num_tokens) // self._block_size) - len(self._blocks)
+    def blocks_past_end(self, num_tokens: int) -> int:
+        """Blocks past the last one that room for ``num_tokens`` tokens in all would add (blocks, ≥ 0).
+        O(1)."""
+        return max(0, -(-num_tokens // self._block_size) - len(self._blocks))
 
     # -- mutation ---------------------------------------------------------------------
     def append_tokens(self, num_tokens: int) -> list[tuple[int, int]]:
@@ -117,13 +126,14 @@ class BlockTable:
             TypeError: if ``num_tokens`` is not an integer (a float would corrupt the table).
             OutOfBlocksError: if fewer blocks are free than the append takes.
         """
-        num_tokens = as_int(num_tokens, "a token count")
+        if type(num_tokens) is not int:
+            num_tokens = as_int(num_tokens, "a token count")
         if num_tokens <= 0:
             if num_tokens < 0:
                 raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
             return []
         copy = self.needs_copy_on_write()  # decided once: the planning below and the copy agree
-        new_blocks = self._blocks_past_last(num_tokens)
+        new_blocks = -(-(self._num_tokens + num_tokens) // self._block_size) - len(self._blocks)
         allocator = self._allocator
         free = allocator.num_free_blocks
         if new_blocks + copy > free:  # all or nothing: checked before anything changes
@@ -142,9 +152,8 @@ class BlockTable:
     def fork(self) -> BlockTable:
         """A child table sharing every block of this one (each block gains a reference, §4.4); allocates
         nothing. O(blocks). Used for parallel sampling and beam search."""
-        for block_id in self._blocks:
-            self._allocator.incref(block_id)
-        return type(self)(self._allocator, self._blocks, self._num_tokens)
+        self._allocator.incref_all(self._blocks)
+        return type(self)(self._allocator, self._blocks, self._num_tokens, validate=False)
 
     def free(self) -> None:
         """Drop this table's reference to each of its blocks, tail first, and empty the table. O(blocks).
@@ -156,8 +165,7 @@ class BlockTable:
             ValueError: if a block is already free (the bookkeeping was corrupted elsewhere); the table
                 then still lists its blocks.
         """
-        for block_id in reversed(self._blocks):
-            self._allocator.free(block_id)
+        self._allocator.free_all(self._blocks)
         self._blocks = []
         self._num_tokens = 0
 

@@ -9,7 +9,7 @@ sequence copies at most one block per step.
 
 The life of one copy, across the layers:
 
-1. decided here (:func:`needs_copy`) when a :class:`~paged.block.BlockTable` grows;
+1. decided when a :class:`~paged.block.BlockTable` grows (:meth:`~paged.block.BlockTable.needs_copy_on_write`);
 2. recorded as a ``(src, dst)`` pair (:func:`copy_on_write`), returned by ``append_tokens``;
 3. collected for the whole step by the scheduler (``SchedulerOutputs.blocks_to_copy``);
 4. applied by the engine before the model runs, every layer at once
@@ -20,18 +20,7 @@ from __future__ import annotations
 
 from paged.block.allocator import BlockAllocator
 
-__all__ = ["needs_copy", "copy_on_write", "copies_for_writers"]
-
-
-def needs_copy(num_tokens: int, block_size: int, ref_count: int) -> bool:
-    """True if the next token of a sequence holding ``num_tokens`` tokens lands in a shared block.
-
-    The next token goes into the last block when that block is partly filled
-    (``num_tokens % block_size != 0``); the write needs a private copy when the block has more than
-    one holder (``ref_count > 1``). A full last block is never written again: the next token
-    starts a fresh block. O(1).
-    """
-    return num_tokens % block_size != 0 and ref_count > 1
+__all__ = ["copy_on_write", "copies_for_writers"]
 
 
 def copy_on_write(allocator: BlockAllocator, block_id: int) -> tuple[int, int]:

@@ -23,6 +23,8 @@ Where each block of a prefill comes from is planned by :func:`paged.block.prefil
 
 from __future__ import annotations
 
+from collections import Counter
+
 from paged.block import accounting
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
 from paged.block.block_table import BlockTable
@@ -67,11 +69,10 @@ class PagedKVCacheManager:
         if not 0.0 <= watermark < 1.0:
             raise ValueError(f"watermark must be in [0, 1), got {watermark}")
         if enable_prefix_caching:
-            self.gpu_allocator: BlockAllocator = self.prefix_caching_allocator_class(num_gpu_blocks, block_size,
-                                                                                    hash_fn=hash_fn)
+            self.gpu_allocator: BlockAllocator = PrefixCachingBlockAllocator(num_gpu_blocks, block_size, hash_fn=hash_fn)
         else:
-            self.gpu_allocator = self.allocator_class(num_gpu_blocks, block_size)
-        self.cpu_allocator = self.allocator_class(num_cpu_blocks, block_size) if num_cpu_blocks else None
+            self.gpu_allocator = BlockAllocator(num_gpu_blocks, block_size)
+        self.cpu_allocator = BlockAllocator(num_cpu_blocks, block_size) if num_cpu_blocks else None
         self.block_size = block_size
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.enable_prefix_caching = enable_prefix_caching
@@ -82,10 +83,8 @@ class PagedKVCacheManager:
 
     #: A fork shares the parent's blocks: no KV is copied (§4.4).
     fork_copies_kv = False
-    #: The classes of the block tables and allocators the manager makes (a subclass may make its own).
+    #: The class of the block tables the manager makes (a subclass may make its own).
     block_table_class = BlockTable
-    allocator_class = BlockAllocator
-    prefix_caching_allocator_class = PrefixCachingBlockAllocator
 
     @property
     def num_total_slots(self) -> int:
@@ -187,24 +186,20 @@ class PagedKVCacheManager:
 
     # -- decode (§4.3, §4.4) --------------------------------------------------------------
     def _append_blocks_needed(self, seqs: list[Sequence], allocator: BlockAllocator) -> int:
-        """Free blocks that room for every sequence's ``num_tokens`` takes: blocks past each table's end,
-        plus the copy-on-write copies of shared, partly filled last blocks (one per writer but the last
-        when the writers are all of a block's holders, :func:`~paged.block.copy_on_write.copies_for_writers`).
-        O(sequences)."""
+        """Free blocks that room for every sequence's ``num_tokens`` takes: each table's
+        :meth:`~paged.block.BlockTable.num_new_blocks`, less one copy for each shared last block that
+        only these sequences hold (its last writer is then its sole holder and writes in place,
+        :func:`~paged.block.copy_on_write.copies_for_writers`). O(sequences)."""
+        tables = self.block_tables
         needed = 0
-        writers: dict[int, int] = {}  # a partly filled last block -> the sequences writing into it
-        tables, block_size = self.block_tables, self.block_size
         for seq in seqs:
             table = tables[seq.seq_id]
-            has, wants = table.num_tokens, seq.num_tokens
-            if wants <= has:
-                continue
-            needed += _cdiv(wants, block_size) - table.num_blocks
-            if has % block_size:
-                last = table.last_block
-                writers[last] = writers.get(last, 0) + 1
-        for block, num_writers in writers.items():
-            needed += copies_for_writers(allocator.ref_count(block), num_writers)
+            needed += table.num_new_blocks(seq.num_tokens - table.num_tokens)
+        if len(seqs) > 1:  # only forked sequences can share a last block with each other
+            writers = Counter(tables[seq.seq_id].last_block for seq in seqs
+                              if seq.num_tokens > tables[seq.seq_id].num_tokens and tables[seq.seq_id].needs_copy_on_write())
+            for block, num_writers in writers.items():
+                needed -= num_writers - copies_for_writers(allocator.ref_count(block), num_writers)
         return needed
 
     def can_append_slots(self, seq_group: SequenceGroup) -> bool:

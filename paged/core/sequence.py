@@ -127,9 +127,12 @@ class SequenceGroup:
 
     def get_seqs(self, status: SequenceStatus | None = None) -> list[Sequence]:
         """The group's sequences, optionally only those with ``status``."""
+        seqs = self.seqs
         if status is None:
-            return list(self.seqs)
-        return [seq for seq in self.seqs if seq.status is status]
+            return list(seqs)
+        if len(seqs) == 1:  # the common case (one sample), asked for every group every iteration
+            return list(seqs) if seqs[0].status is status else []
+        return [seq for seq in seqs if seq.status is status]
 
     def num_seqs(self, status: SequenceStatus | None = None) -> int:
         """How many sequences (with ``status``, if given) the group has. O(1) for one sequence."""

@@ -83,3 +83,43 @@ def test_a_fresh_pool_hands_out_block_zero_first_then_the_last_freed(cls):
         alloc.free(b)
     assert [alloc.allocate() for _ in range(3)] == [4, 0, 3]
     alloc.check_invariants()
+
+
+@pytest.mark.parametrize("cls", [BlockAllocator, PrefixCachingBlockAllocator])
+def test_whole_table_counts_match_block_by_block(cls):
+    """incref_all / free_all take and drop the same references, and return blocks to the free pool in the
+    same order, as incref / free of each block (free tail first)."""
+    pools = []
+    for whole in (False, True):
+        alloc = cls(12, 4)
+        blocks = [alloc.allocate() for _ in range(5)]
+        alloc.incref(blocks[0])
+        if whole:
+            alloc.incref_all(blocks)
+            alloc.free_all(blocks)
+            alloc.free_all(blocks[1:])
+        else:
+            for b in blocks:
+                alloc.incref(b)
+            for b in reversed(blocks):
+                alloc.free(b)
+            for b in reversed(blocks[1:]):
+                alloc.free(b)
+        counts = [alloc.ref_count(b) for b in range(12)]
+        order = [alloc.allocate() for _ in range(alloc.num_free_blocks)]
+        alloc.check_invariants()
+        pools.append((counts, order))
+    assert pools[0] == pools[1]
+    assert pools[0][0][blocks[0]] == 2  # allocated, shared once more: the rest are free
+
+
+def test_incref_all_of_a_free_block_changes_nothing():
+    alloc = BlockAllocator(6, 4)
+    blocks = [alloc.allocate() for _ in range(3)]
+    alloc.free(blocks[2])
+    with pytest.raises(ValueError, match="free"):
+        alloc.incref_all(blocks)
+    assert [alloc.ref_count(b) for b in blocks] == [1, 1, 0]
+    with pytest.raises(ValueError, match="double free"):
+        alloc.free_all(blocks)  # the tail is already free
+    alloc.check_invariants()

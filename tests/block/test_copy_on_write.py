@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from paged.block import BlockAllocator, OutOfBlocksError
-from paged.block.copy_on_write import copies_for_writers, copy_on_write, needs_copy
+from paged.block import BlockAllocator, BlockTable, OutOfBlocksError
+from paged.block.copy_on_write import copies_for_writers, copy_on_write
 
 
 def test_only_a_shared_partly_filled_last_block_is_copied():
-    assert needs_copy(num_tokens=17, block_size=16, ref_count=2)
-    assert not needs_copy(num_tokens=17, block_size=16, ref_count=1)  # the sole holder writes in place
-    assert not needs_copy(num_tokens=32, block_size=16, ref_count=3)  # a full block is never written again
+    alloc = BlockAllocator(8, 16)
+    table = BlockTable(alloc)
+    table.append_tokens(17)
+    assert not table.needs_copy_on_write()  # the sole holder writes in place
+    child = table.fork()
+    assert table.needs_copy_on_write() and child.needs_copy_on_write()
+    table.append_tokens(15)
+    full = table.fork()  # 32 tokens: a full last block is never written again
+    assert not full.needs_copy_on_write()
+    assert BlockTable(alloc).needs_copy_on_write() is False  # an empty table has no block to write into
 
 
 def test_copy_on_write_moves_one_reference():

@@ -29,7 +29,7 @@ from paged.core.kv_cache_manager import AllocStatus, MemoryUsage
 from paged.core.scheduler import Scheduler, SchedulerOutputs
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
-__all__ = ["FastBlockAllocator", "FastPrefixCachingBlockAllocator", "FastBlockTable", "FastPagedKVCacheManager", "FastContiguousKVCacheManager", "FastScheduler", "ceil_sum"]
+__all__ = ["FastBlockTable", "FastPagedKVCacheManager", "FastContiguousKVCacheManager", "FastScheduler", "ceil_sum"]
 
 _RUNNING = SequenceStatus.RUNNING
 
@@ -40,65 +40,10 @@ def ceil_sum(x: int, block_size: int) -> int:
     return block_size * q * (q + 1) // 2 + r * (q + 1)
 
 
-class _WholeTables:
-    """Reference counts of a whole table's blocks changed in one call (a fork, a free): the per-block
-    checks of :meth:`~paged.block.BlockAllocator.incref` and ``free`` are skipped, as a table only ever
-    holds blocks it has a reference to. The same counts and the same free order as block by block."""
-
-    __slots__ = ()
-
-    def incref_all(self, blocks: list[int]) -> None:
-        """One more reference to each of ``blocks`` (all allocated). O(blocks)."""
-        counts = self._ref_counts
-        for block_id in blocks:
-            counts[block_id] += 1
-
-    def free_all(self, blocks: list[int]) -> None:
-        """Drop one reference to each of ``blocks``, tail first, as :meth:`BlockTable.free` does. O(blocks)."""
-        counts = self._ref_counts
-        for block_id in reversed(blocks):
-            count = counts[block_id] - 1
-            counts[block_id] = count
-            if count == 0:
-                self._return_free_block(block_id)
-
-
-class FastBlockAllocator(_WholeTables, BlockAllocator):
-    """A :class:`~paged.block.BlockAllocator` with whole-table reference counting."""
-
-    __slots__ = ()
-
-
-class FastPrefixCachingBlockAllocator(_WholeTables, PrefixCachingBlockAllocator):
-    """A :class:`~paged.block.PrefixCachingBlockAllocator` with whole-table reference counting."""
-
-    __slots__ = ()
-
-
 class FastBlockTable(BlockTable):
-    """A :class:`~paged.block.BlockTable` that can grow to a token count in one call, checking first,
-    and forks and frees its blocks in one call to its allocator."""
+    """A :class:`~paged.block.BlockTable` that can grow to a token count in one call, checking first."""
 
     __slots__ = ()
-
-    def __init__(self, allocator, blocks=(), num_tokens: int = 0, *, checked: bool = True) -> None:
-        """As :class:`BlockTable`; ``checked=False`` skips the checks, for a fork's copy of a valid table."""
-        if checked:
-            super().__init__(allocator, blocks, num_tokens)
-        else:
-            self._allocator, self._block_size = allocator, allocator.block_size
-            self._blocks, self._num_tokens = list(blocks), num_tokens
-
-    def fork(self) -> "FastBlockTable":
-        """As :meth:`BlockTable.fork`, the references taken in one call. O(blocks)."""
-        self._allocator.incref_all(self._blocks)
-        return type(self)(self._allocator, self._blocks, self._num_tokens, checked=False)
-
-    def free(self) -> None:
-        """As :meth:`BlockTable.free`, the references dropped in one call. O(blocks)."""
-        self._allocator.free_all(self._blocks)
-        self._blocks = []
-        self._num_tokens = 0
 
     def grow_to(self, num_tokens: int, copies: list[tuple[int, int]]) -> bool:
         """Room for ``num_tokens`` tokens in all (``append_tokens`` of the difference) if the free blocks
@@ -119,8 +64,6 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
     """:class:`~paged.block.PagedKVCacheManager` with the batched operations of the module docstring."""
 
     block_table_class = FastBlockTable
-    allocator_class = FastBlockAllocator
-    prefix_caching_allocator_class = FastPrefixCachingBlockAllocator
     #: A decode allocates a block when a token crosses a block boundary (the calendars read it).
     decode_allocates = True
 
