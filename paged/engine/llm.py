@@ -30,6 +30,7 @@ may have changed (a load that fails part-way too).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -414,6 +415,9 @@ class LLM:
         """
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
+        if isinstance(prompts, (bytes, dict)) or not isinstance(prompts, Iterable):  # a bare number, a mapping
+            raise TypeError(f"prompts must be a string, a list of strings or a list of token-id lists, "
+                            f"got {type(prompts).__name__}")
         prompts = list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()

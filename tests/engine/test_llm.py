@@ -169,6 +169,9 @@ def test_bad_input(model):
         LLM(model, tokenizer="/nonexistent/tokenizer")
     with pytest.raises(TypeError, match="token ids must be integers"):
         llm.generate([[1.7, 2.2]], GREEDY)
+    for bare in (5, 2.5, {"prompt": [1, 2]}):  # a number or a mapping is not a prompt list
+        with pytest.raises(TypeError, match="prompts must be a string, a list of strings or a list of token-id lists"):
+            llm.generate(bare, GREEDY)
     assert llm.kv_manager.get_num_free_gpu_blocks() == 4  # nothing was queued or allocated
 
 
