@@ -239,7 +239,7 @@ def _manifest(args: argparse.Namespace) -> int:
         raise ValueError(f"{path} is not a figure manifest: no list of figures")
     manifest = read_manifest(folder)
     problems = manifest_problems(folder, manifest)
-    runs = sorted({f.get("run") or "unknown" for f in manifest["figures"]})
+    runs = sorted({(f.get("run") if isinstance(f, dict) else None) or "unknown" for f in manifest["figures"]})
     for problem in problems:
         print(problem)
     print(f"{folder / MANIFEST_NAME}: {len(manifest['figures'])} figures (made by: {', '.join(runs) or 'none'}); "

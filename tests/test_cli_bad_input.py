@@ -315,3 +315,12 @@ def test_a_missing_grid_file_and_a_word_for_a_number_are_named_plainly(tmp_path)
     assert "nofile.yaml does not exist" in err
     err = assert_one_error_line(["simulate", "--block-size", "abc"])
     assert "--block-size: must be an integer ≥ 1, got 'abc'" in err and "positive_int" not in err
+
+
+@pytest.mark.parametrize("figure", [3, {"name": "fig99"}, {"name": "fig99", "files": {"png": {"sha256": "x"}}}])
+def test_a_malformed_manifest_entry_is_named(figure, tmp_path):
+    """A manifest whose figure entry lacks its files (or their paths) is a problem naming that entry, exit 1."""
+    _file(tmp_path, "MANIFEST.json", json.dumps({"figures": [figure]}))
+    code, out, err = run(["manifest", "--figures", str(tmp_path)])
+    assert code == 1 and err == "", err
+    assert "figure entry 0" in out and "malformed" in out and ("fig99" in out or "(?)" in out), out

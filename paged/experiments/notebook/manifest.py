@@ -219,8 +219,15 @@ def manifest_problems(folder: str | Path, manifest: dict | None = None) -> list[
     folder = Path(folder)
     manifest = read_manifest(folder) if manifest is None else manifest
     problems, listed = [], set()
-    for figure in manifest["figures"]:
-        for entry in figure.get("files", {}).values():
+    for i, figure in enumerate(manifest["figures"]):
+        files = figure.get("files") if isinstance(figure, dict) else None
+        entries = list(files.values()) if isinstance(files, dict) else None
+        if entries is None or not all(isinstance(e, dict) and isinstance(e.get("path"), str) for e in entries):
+            name = figure.get("name", "?") if isinstance(figure, dict) else "?"
+            problems.append(f"figure entry {i} ({name}) of {MANIFEST_NAME} is malformed: it needs a 'files' "
+                            "mapping of entries with a 'path'")
+            continue
+        for entry in entries:
             listed.add(entry["path"])
             now = file_entry(folder / entry["path"])
             if now["sha256"] is None:
