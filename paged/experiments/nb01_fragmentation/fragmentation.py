@@ -13,7 +13,8 @@ import pandas as pd
 from paged.block.allocator import DEFAULT_BLOCK_SIZE
 from paged.core.serving_loop import ServingResult
 from paged.sim.iteration_cost import ConstantIterationTime
-from paged.sim.model_spec import GiB, get_model, kv_cache_slots
+from paged.sim.deployment import get_model_spec
+from paged.sim.model_spec import GiB, kv_cache_slots
 from paged.sim.simulator import make_kv_manager, simulate
 from paged.systems import FIG2_SYSTEMS
 
@@ -36,9 +37,10 @@ ITERATION_TIME = 0.025
 
 
 def default_num_slots(model: str = "opt-13b", kv_cache_bytes: int = 12 * GiB, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
-    """KV slots of the paper's default server: OPT-13B on one A100-40GB, 12 GiB of KV cache
-    (Table 1) → 15,728 slots in 16-token blocks."""
-    return kv_cache_slots(get_model(model), kv_cache_bytes, block_size)
+    """KV slots of ``kv_cache_bytes`` of KV cache for ``model`` (a Table 1 preset, a shipped config name or a
+    ``config.json`` path, :func:`paged.sim.deployment.get_model_spec`), in whole blocks: the paper's default
+    server, OPT-13B on one A100-40GB with 12 GiB of KV cache (Table 1), holds 15,728 slots in 16-token blocks."""
+    return kv_cache_slots(get_model_spec(model), kv_cache_bytes, block_size)
 
 
 def memory_waste(
