@@ -117,9 +117,10 @@ class BlockAllocator:
             ValueError: if a block is free; no count has changed then.
         """
         counts = self._ref_counts
-        for i, block_id in enumerate(blocks):
-            if counts[block_id] == 0:
-                for done in blocks[:i]:  # undo, so a failed fork changes nothing
+        for block_id in blocks:
+            if not counts[block_id]:
+                # Undo the blocks before it (its first occurrence: a repeat would have found it counted).
+                for done in blocks[:blocks.index(block_id)]:
                     counts[done] -= 1
                 raise ValueError(f"cannot share physical block {block_id}: it is free")
             counts[block_id] += 1
