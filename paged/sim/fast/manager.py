@@ -41,9 +41,18 @@ def ceil_sum(x: int, block_size: int) -> int:
 
 
 class FastBlockTable(BlockTable):
-    """A :class:`~paged.block.BlockTable` that can grow to a token count in one call, checking first."""
+    """A :class:`~paged.block.BlockTable` that can grow to a token count in one call, checking first.
 
-    __slots__ = ()
+    Attributes:
+        full_blocks_registered: full blocks of known token ids when the fast manager last had the prefix
+            cache register this table's blocks (``min(tokens, known ids) // block_size``), or -1.
+    """
+
+    __slots__ = ("full_blocks_registered",)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.full_blocks_registered = -1
 
     def grow_to(self, num_tokens: int, copies: list[tuple[int, int]]) -> bool:
         """Room for ``num_tokens`` tokens in all (``append_tokens`` of the difference) if the free blocks
@@ -108,17 +117,23 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
         """``can_append_slots`` then ``append_slots`` of each running sequence, group by group in order,
         until a group does not fit: ``(groups done, copy-on-write pairs)``; that group and the later ones
         are unchanged. O(sequences)."""
-        tables, chains = self.block_tables, self._chains
+        tables, chains, block_size = self.block_tables, self._chains, self.block_size
         copies: list[tuple[int, int]] = []
         for done, group in enumerate(seq_groups):
             seqs = group.seqs
             if len(seqs) == 1 and seqs[0].status is _RUNNING:  # the common case: one table, one call
                 seq = seqs[0]
                 table = tables[seq.seq_id]
-                if not table.grow_to(seq.prompt_len + seq.num_generated, copies):
+                num_tokens = seq.prompt_len + seq.num_generated
+                if not table.grow_to(num_tokens, copies):
                     return done, copies
-                if chains is not None:
-                    chains.register_full_blocks(seq, table)
+                ids = seq.token_ids
+                if chains is not None and ids is not None:  # without ids the chain registers nothing
+                    full = min(num_tokens, len(ids)) // block_size
+                    # The chain holds every full block up to the count at the last call: ask only past it.
+                    if full != table.full_blocks_registered:
+                        chains.register_full_blocks(seq, table)
+                        table.full_blocks_registered = full
             elif self.can_append_slots(group):
                 for seq in group.get_seqs(_RUNNING):
                     copies.extend(self.append_slots(seq))
