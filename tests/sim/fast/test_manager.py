@@ -219,3 +219,45 @@ def test_append_slots_in_order_is_group_by_group_until_one_does_not_fit(system, 
     assert stops >= 2  # the case that matters was met
 
 
+
+
+@pytest.mark.parametrize("lag", [0, 3])
+def test_the_decode_step_with_prefix_caching_registers_the_blocks_the_reference_registers(lag):
+    """With prefix caching and token ids, the fast decode step asks the chain only when a block of known
+    tokens filled, and the cache then holds what the reference's per-step registration gives: the same
+    tables, the same free and cached blocks, the same hits for a new prompt. ``lag``: token ids arrive
+    that many steps after the count (the chain may only register blocks whose ids it knows)."""
+    from paged.block import PagedKVCacheManager
+
+    def build(cls):
+        manager = cls(40, 4, watermark=0.0, enable_prefix_caching=True)
+        groups = []
+        for i, prompt in enumerate([list(range(6)), list(range(6)) + [9], [7, 7, 7, 7, 7], list(range(11))]):
+            g = SequenceGroup(i, 0.0, [Sequence(i, len(prompt), 0, list(prompt))], 30)
+            admit(manager, g)
+            groups.append(g)
+        return manager, groups
+
+    runs = [build(FastPagedKVCacheManager), build(PagedKVCacheManager)]
+    pending = {}
+    for step in range(20):
+        for manager, groups in runs:
+            for g in groups:
+                s = g.seqs[0]
+                s.num_generated += 1
+                pending.setdefault((id(manager), s.seq_id), []).append(100 + 3 * s.seq_id + step % 2)
+                if step % (lag + 1) == lag:  # ids arrive in bursts of lag + 1
+                    s.token_ids.extend(pending.pop((id(manager), s.seq_id)))
+        fast, slow = runs
+        assert fast[0].append_slots_in_order(fast[1]) == (len(fast[1]), [])
+        for g in slow[1]:
+            assert slow[0].can_append_slots(g)
+            slow[0].append_slots(g.seqs[0])
+        states = []
+        for manager, groups in runs:
+            probe = [SequenceGroup(99, 0.0, [Sequence(99, len(s.token_ids), 0, list(s.token_ids))], 1)
+                     for s in (g.seqs[0] for g in groups)]
+            states.append(([manager.get_block_table(g.seqs[0]) for g in groups], manager.get_num_free_gpu_blocks(),
+                           manager.gpu_allocator.num_cached_blocks, [manager.prefill_tokens(p) for p in probe]))
+        assert states[0] == states[1], step
+    assert states[0][2] > 4  # decode blocks were registered, not only the prompts'
