@@ -90,10 +90,16 @@ class BlockAllocator:
             ValueError: if the block is already free (a double free) or the id is out of range.
             TypeError: if the id is not an integer.
         """
-        count = self.ref_count(block_id)
+        counts = self._ref_counts
+        if type(block_id) is not int or block_id < 0:  # a negative id would index from the end
+            raise self._bad_id(block_id)
+        try:
+            count = counts[block_id]
+        except IndexError:
+            raise self._bad_id(block_id) from None
         if count == 0:
             raise ValueError(f"double free: physical block {block_id} is already free")
-        self._ref_counts[block_id] = count - 1
+        counts[block_id] = count - 1
         if count == 1:
             self._return_free_block(block_id)
 
@@ -148,18 +154,23 @@ class BlockAllocator:
             ValueError: if the id is out of range.
             TypeError: if the id is not an integer.
         """
-        if type(block_id) is int and 0 <= block_id < self._num_blocks:  # a float or bool would index silently
-            return self._ref_counts[block_id]
+        if type(block_id) is not int or not 0 <= block_id < self._num_blocks:
+            raise self._bad_id(block_id)
+        return self._ref_counts[block_id]
+
+    def _bad_id(self, block_id) -> Exception:
+        """The error for an id that is not a block's: a float or bool would index the counts silently."""
         if type(block_id) is not int:
-            raise TypeError(f"block id must be an integer, got {block_id!r}")
-        raise ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
+            return TypeError(f"block id must be an integer, got {block_id!r}")
+        return ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
 
     # -- the free pool (a prefix-caching allocator keeps freed cached blocks apart, prefix_caching.py) --
     def _take_free_block(self) -> int:
         """Pop the top of the free stack (the most recently freed block). O(1)."""
-        if not self._free:
-            raise OutOfBlocksError(f"no free KV block: all {self._num_blocks} blocks are in use")
-        return self._free.pop()
+        try:
+            return self._free.pop()
+        except IndexError:
+            raise OutOfBlocksError(f"no free KV block: all {self._num_blocks} blocks are in use") from None
 
     def _return_free_block(self, block_id: int) -> None:
         """Push a block whose last reference was dropped on the free stack. O(1)."""
