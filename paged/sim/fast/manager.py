@@ -13,7 +13,8 @@ same order:
 * the block limit and the memory breakdown of a run of ``k`` identical decode iterations, in closed form
   (``decode_run_limit``, ``decode_run_usage``; :mod:`paged.sim.fast.fast_forward`);
 * blocks held for the calendars past the tables (``hold_blocks``, ``release_blocks``, ``replace_tables``;
-  :mod:`paged.sim.fast.decode_calendar`, :mod:`paged.sim.fast.beam_calendar`).
+  :mod:`paged.sim.fast.decode_calendar`, :mod:`paged.sim.fast.beam_calendar`), and the free blocks a
+  swapped-out group needs to come back (``swap_in_blocks``).
 """
 
 from __future__ import annotations
@@ -251,6 +252,13 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
 
     def _running_with_table(self, group: SequenceGroup) -> list[Sequence]:
         return [s for s in group.seqs if s.status is _RUNNING and s.seq_id in self.block_tables]
+
+    def swap_in_blocks(self, seq_group: SequenceGroup) -> int:
+        """The free GPU blocks :meth:`can_swap_in` asks of a swapped-out group (its blocks, a shared one once,
+        and the blocks its next tokens need): it fits exactly when that many are free, and the number stays
+        the same while the group stays swapped out. O(blocks)."""
+        seqs = seq_group.get_seqs(SequenceStatus.SWAPPED)
+        return len(self._distinct_blocks(seqs)) + self._append_blocks_needed(seqs, self.cpu_allocator)
 
     # -- blocks held outside the tables (the calendars) -------------------------------------
     def hold_blocks(self, num_blocks: int) -> list[int]:

@@ -244,3 +244,26 @@ def test_whole_table_reference_counts_match_the_reference_block_by_block(caching
         pools.append((counts, child.physical_blocks, order))
         alloc.check_invariants()
     assert pools[0] == pools[1]
+
+
+@pytest.mark.parametrize("decoded", [False, True])
+def test_swap_in_blocks_is_what_can_swap_in_asks(decoded):
+    """A swapped-out group of samples fits back exactly when ``swap_in_blocks`` blocks are free: its blocks (the
+    shared ones once), plus, when each sample has a token not yet in the cache, the copies of their shared
+    partly filled last block."""
+    mgr = fast_manager("paged", 8, 4, num_cpu_blocks=8)
+    g = SequenceGroup(0, 0.0, [Sequence(k, 10) for k in range(3)], 5)
+    admit(mgr, g)  # 10 tokens: 3 blocks shared by the 3 samples, the last one partly filled
+    if decoded:
+        for s in g.seqs:
+            s.append_token()
+    mgr.swap_out(g)
+    for s in g.seqs:
+        s.status = SequenceStatus.SWAPPED
+    need = mgr.swap_in_blocks(g)
+    assert need == (5 if decoded else 3)  # two of the three writers copy the shared last block
+    for free in range(8, -1, -1):
+        held = mgr.hold_blocks(8 - free)
+        assert (mgr.can_swap_in(g) is AllocStatus.OK) == (need <= free)
+        mgr.release_blocks(held)
+    mgr.check_invariants()
