@@ -20,6 +20,7 @@ same order:
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
 from paged.block.block_table import BlockTable
@@ -33,6 +34,7 @@ from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 __all__ = ["FastBlockAllocator", "FastPrefixCachingBlockAllocator", "FastBlockTable", "FastPagedKVCacheManager", "FastContiguousKVCacheManager", "FastScheduler", "ceil_sum"]
 
 _RUNNING = SequenceStatus.RUNNING
+_SEQS = attrgetter("seqs")
 
 
 def ceil_sum(x: int, block_size: int) -> int:
@@ -365,24 +367,33 @@ class FastContiguousKVCacheManager(ContiguousKVCacheManager):
 
 class FastScheduler(Scheduler):
     """:class:`~paged.core.Scheduler` over a fast manager: a decode step's appends in one manager call,
-    the reserved sequences counted in O(1) while every request holds one sequence, and finished groups
-    looked for among the candidates a caller names."""
+    the reserved sequences counted in O(1) while every request holds one sequence (and without a Python
+    step per group while every request holds a fixed set of sequences: parallel samples), and finished
+    groups looked for among the candidates a caller names."""
 
     def __init__(self, kv_manager, **kwargs) -> None:
         super().__init__(kv_manager, **kwargs)
         self._single = True  # every group added held one sequence and never more: reserved = running groups
+        # Every group added holds all the sequences it will run (none forked, no beam): reserved = Σ sequences.
+        self._fixed = True
 
     def add_seq_group(self, seq_group: SequenceGroup) -> None:
         super().add_seq_group(seq_group)
         if len(seq_group.seqs) != 1 or seq_group.max_num_seqs > 1:
             self._single = False
+        if seq_group.max_num_seqs > len(seq_group.seqs) or getattr(seq_group, "beam", None) is not None:
+            self._fixed = False
 
     def fork_seq(self, group: SequenceGroup, parent: Sequence, child: Sequence) -> None:
-        self._single = False
+        self._single = self._fixed = False
         super().fork_seq(group, parent, child)
 
     def num_reserved_seqs(self) -> int:
-        return len(self.running) if self._single else super().num_reserved_seqs()
+        if self._single:
+            return len(self.running)
+        if self._fixed:  # each group's max(sequences, max_num_seqs) is its sequences
+            return sum(map(len, map(_SEQS, self.running)))
+        return super().num_reserved_seqs()
 
     def schedule_decodes(self) -> SchedulerOutputs:
         """:meth:`~paged.core.Scheduler.schedule_decodes` with the groups that fit appended in one manager

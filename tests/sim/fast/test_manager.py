@@ -267,3 +267,32 @@ def test_swap_in_blocks_is_what_can_swap_in_asks(decoded):
         assert (mgr.can_swap_in(g) is AllocStatus.OK) == (need <= free)
         mgr.release_blocks(held)
     mgr.check_invariants()
+
+
+@pytest.mark.parametrize("shape", ["single", "samples", "beam", "forked"])
+def test_reserved_sequences_are_the_references(shape):
+    """The fast scheduler counts the running groups' reserved sequences as the reference does, by its
+    shortcuts for one sequence per request and for parallel samples, and without them for beams and forks."""
+    from paged.core.scheduler import Scheduler
+
+    def groups():
+        out = []
+        for i in range(6):
+            width = 1 if shape == "single" else 1 + i % 3
+            seqs = [Sequence(10 * i + k, 5 + i) for k in range(1 if shape in ("beam", "forked") else width)]
+            out.append(SequenceGroup(i, float(i), seqs, 4, max_num_seqs=width if shape == "beam" else 0))
+        return out
+
+    counts = []
+    for cls, manager in ((fast_path.FastScheduler, fast_manager("paged")), (Scheduler, reference_manager("paged"))):
+        scheduler = cls(manager)
+        for g in groups():
+            scheduler.add_seq_group(g)
+        out = scheduler.schedule()
+        seen = [scheduler.num_reserved_seqs()]
+        if shape == "forked":
+            parent = out.scheduled_seq_groups[0].seqs[0]
+            scheduler.fork_seq(out.scheduled_seq_groups[0], parent, Sequence(999, parent.prompt_len))
+            seen.append(scheduler.num_reserved_seqs())
+        counts.append(seen)
+    assert counts[0] == counts[1] and counts[0][0] > 0
