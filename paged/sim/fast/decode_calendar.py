@@ -16,13 +16,13 @@ what changes:
 * the groups finishing at each ``G``, the batch's sequences and its context tokens are running sums,
   so a decode step costs O(1 + crossings + finishes) instead of O(running sequences).
 
-A decode step runs the iterations the fast-forward would (until a request arrives or finishes, or a
-crossing finds no free block), adding the same per-iteration times in the same order. Everything else —
-admission, preemption by swapping, anything swapped out — is left to the scheduler and the fast-forward
-loop (:class:`~paged.sim.fast.loop.FastServingLoop`) on up-to-date sequences; a decode that must preempt
-by recomputation is the scheduler's walk over the groups that need blocks
-(:meth:`CalendarServingLoop._preempting_decode`). With prefix caching, finishing requests free in running
-order and a run that could evict is left to the fast loop (:meth:`CalendarServingLoop._decode`).
+A decode step runs the fast-forward's iterations (until a request arrives or finishes, or a crossing
+finds no free block), adding the same per-iteration times in the same order; one that must preempt is the
+scheduler's walk over the groups needing blocks (:meth:`CalendarServingLoop._preempting_decode`). Swapped-out
+groups (of samples, as vLLM swaps them) come back in order once the first fits, and a run's crossings only
+shrink the free pool: a step whose appends leave it room is one iteration with the scheduler's swap-in
+(:meth:`CalendarServingLoop._swap_in_decode`). The rest (preempting in swap mode; swapped groups while sharing
+is recorded or with prefix caching; a run that could evict a cached block) is the fast-forward loop's.
 
 Used by :func:`paged.sim.fast.serving_loop` where :func:`applies`: single sequences, parallel samples,
 shared prefixes; no memory breakdown recorded. Results equal the reference's
@@ -58,7 +58,7 @@ class CalendarServingLoop(FastServingLoop):
 
     __slots__ = ("_g", "_offset", "_finish_at", "_buckets", "_lazy_buckets", "_lazy_need", "_cow", "_lazy", "_held",
                  "_samples", "_context", "_blocks", "_block_size", "_allocates", "_caching", "_decode_times",
-                 "_refused")
+                 "_refused", "_swaps_in", "_swap_need")
 
     def __init__(self, scheduler, executor, groups, **kwargs) -> None:
         super().__init__(scheduler, executor, groups, **kwargs)
@@ -91,6 +91,11 @@ class CalendarServingLoop(FastServingLoop):
         # The scheduler refused the head of the queue and nothing that could change that has happened since
         # (no request left the running batch): admission is not asked again (module docstring).
         self._refused = False
+        # Decode steps go on by the calendar while groups are swapped out (:meth:`_swap_in_decode`), unless
+        # the blocks held are recorded per iteration or a prefix cache's evictions depend on the order of
+        # allocations: then the step-by-step loop serves every step while any group is swapped out.
+        self._swaps_in = not self.record_sharing and not self._caching
+        self._swap_need = None  # ((first swapped group, its preemptions), the free blocks it needs to come back)
 
     def _decode_time_of(self, num_seqs: int) -> Callable[[int], float]:
         """The time model's decode seconds of ``num_seqs`` sequences as a function of the context tokens
@@ -259,7 +264,7 @@ class CalendarServingLoop(FastServingLoop):
                 if outputs.scheduled_seq_groups:
                     return self._prefill(outputs, now)
                 self._refused = True
-            if scheduler.running and not scheduler.swapped:
+            if scheduler.running and (not scheduler.swapped or self._swaps_in):
                 finished = self._decode(now, groups[nxt].arrival_time if nxt < num_groups else float("inf"))
                 if finished is not None:
                     return finished
@@ -320,6 +325,8 @@ class CalendarServingLoop(FastServingLoop):
                 if need > free:  # the scheduler preempts
                     return None if scheduler.preemption_mode == "swap" else self._preempting_decode(now, next_arrival)
                 free -= need
+        if scheduler.swapped and self._swap_in_due(first + copies):
+            return self._swap_in_decode(now, copies)
         n = len(scheduler.running) + self._samples
         decode_time = self._decode_time_of(n)
         context = self._context
@@ -384,6 +391,95 @@ class CalendarServingLoop(FastServingLoop):
             result.busy_seconds += busy
             result.batched_requests_seconds += busy * num_groups
         return self._finish(g, context)
+
+    def _swap_in_due(self, taken: int) -> bool:
+        """Whether the scheduler brings the first swapped-out group back after this iteration's appends, which
+        take ``taken`` free blocks (:meth:`~paged.core.scheduler.Scheduler.schedule_swap_in`'s test: room in
+        ``max_num_seqs`` and its blocks free). If not, it does not during the run either: the run's crossings
+        only take blocks, and the batch stays the same. O(1) for a group asked about before, else O(blocks)
+        (the blocks it needs, kept while it stays swapped out), plus O(running groups) when its blocks fit."""
+        scheduler = self.scheduler
+        head = scheduler.swapped[0]
+        key = (head, head.num_preemptions)  # a group swapped out again needs another number of blocks
+        if self._swap_need is None or self._swap_need[0] != key:
+            self._swap_need = (key, scheduler.kv_manager.swap_in_blocks(head))
+        manager = scheduler.kv_manager
+        if self._swap_need[1] > manager.get_num_free_gpu_blocks() - taken:
+            return False
+        width = max(head.peak_num_seqs, head.num_seqs(SequenceStatus.SWAPPED))
+        return scheduler.num_reserved_seqs() + width <= scheduler.max_num_seqs
+
+    def _swap_in_decode(self, now: float, copies: int) -> list[SequenceGroup]:
+        """One decode iteration in which the first swapped-out group comes back (:meth:`_swap_in_due`), as
+        :meth:`~paged.core.scheduler.Scheduler.schedule_decodes` runs it when nothing is preempted: the
+        running groups take their blocks (crossings at this ``G``; ``copies`` first copies on write, which
+        the caller found free), then the scheduler brings swapped groups back while they fit
+        (:meth:`~paged.core.scheduler.Scheduler.schedule_swap_in`, on the manager's exact free pool), and one
+        iteration of every running sequence runs, priced as the time model prices it (swaps in, every copy
+        on write, the decode). The groups swapped in gain their token, finish or join the calendar. One
+        iteration, as the fast-forward takes one (a swap is not a run's). Not with
+        ``record_sharing`` or a prefix cache (:attr:`_swaps_in`)."""
+        scheduler, executor, result = self.scheduler, self.executor, self.result
+        manager = scheduler.kv_manager
+        g, bs = self._g, self._block_size
+        first = 0
+        if self._allocates:
+            bucket = self._buckets[g % bs]
+            first = len(bucket) + self._lazy_need[g % bs]
+            if bucket:
+                self._cross(bucket, g, manager)
+            hold = copies + self._lazy_need[g % bs]
+            if hold:
+                self._held += manager.hold_blocks(hold)
+            self._cow.clear()  # every copying group copies now
+        before = len(scheduler.running)
+        swapped = list(scheduler.swapped)
+        outputs = SchedulerOutputs([], is_prefill=False)
+        scheduler.schedule_swap_in(outputs)
+        back = swapped[:len(swapped) - len(scheduler.swapped)]  # first out, first in
+        running = SequenceStatus.RUNNING
+        num_seqs, context = before + self._samples, self._context  # the calendar's sequences, then the others
+        for group in back:
+            for seq in group.seqs:
+                if seq.status is running:
+                    num_seqs += 1
+                    context += seq.num_tokens
+        cost = executor.iteration_time
+        t = 0.0  # swaps and copies before the decode, added as the time model adds them
+        if outputs.blocks_to_swap_in:
+            t += cost.swap_time(len(outputs.blocks_to_swap_in))
+        copies += len(outputs.blocks_to_copy)
+        if copies:
+            seconds = cost.block_copy_time(copies)
+            t += seconds
+            executor.cow_blocks += copies
+            executor.cow_seconds += seconds
+        t = now + (t + self._decode_time_of(num_seqs)(context))
+        self._refused = False  # the batch changed (a refused head still does not fit: asked again all the same)
+        self._blocks += first
+        self._g = g + 1
+        self._check_clock(now, t)
+        executor.now = t
+        n = len(scheduler.running)
+        result.num_iterations += 1
+        result.batched_requests_sum += n
+        busy = t - now
+        result.busy_seconds += busy
+        result.batched_requests_seconds += busy * n
+        done, joining = [], []
+        for group in back:
+            if group.first_token_time is None:
+                group.first_token_time = t
+            for seq in group.seqs:
+                if seq.status is running:
+                    seq.num_generated += 1
+                    if seq.num_generated >= group.output_len:
+                        scheduler.finish_seq(seq)
+            (done if group.is_finished() else joining).append(group)
+        finished = self._finish(g + 1, self._context + before + self._samples, done)
+        for group in joining:
+            self._join(group)
+        return finished
 
     def _add_busy(self, now: float, end: float, k: int, context: int, n: int, copies: int, num_groups: int) -> None:
         """Add the busy seconds of a run of ``k`` decode iterations of ``n`` sequences from ``now`` to ``end``
@@ -552,13 +648,16 @@ class CalendarServingLoop(FastServingLoop):
         result.batched_requests_seconds += busy * n
         return self._finish(g + 1, context + num_seqs)
 
-    def _finish(self, g: int, context: int) -> list[SequenceGroup]:
-        """After the decode that brought the counter to ``g`` (the running sequences' tokens now total
-        ``context``): finish the requests due at ``g`` and retire them."""
+    def _finish(self, g: int, context: int, done: list[SequenceGroup] = ()) -> list[SequenceGroup]:
+        """After the decode that brought the counter to ``g`` (the calendar's sequences' tokens now total
+        ``context``): finish the requests due at ``g`` and retire them, with the groups of ``done`` (not on
+        the calendar, their sequences finished already)."""
         ending = self._finish_at.pop(g, None)
         if ending is None:
             self._context = context
-            return []
+            if not done:
+                return []
+            ending = []
         self._refused = False  # their memory and sequences go back: the head of the queue may fit now
         scheduler = self.scheduler
         if self._caching and len(ending) > 1:  # freed in running order, as the step-by-step loop frees them
@@ -594,7 +693,7 @@ class CalendarServingLoop(FastServingLoop):
             context -= len(seqs) * seqs[0].num_tokens
         self._context = context
         self._blocks = blocks
-        return self._retire(scheduler.free_finished_seq_groups(ending))
+        return self._retire(scheduler.free_finished_seq_groups([*ending, *done] if done else ending))
 
     def _cross(self, bucket: list, g: int, manager) -> None:
         """The one-sequence groups of ``bucket`` cross a block boundary in the decode at ``G = g``: bring

@@ -13,12 +13,14 @@ same order:
 * the block limit and the memory breakdown of a run of ``k`` identical decode iterations, in closed form
   (``decode_run_limit``, ``decode_run_usage``; :mod:`paged.sim.fast.fast_forward`);
 * blocks held for the calendars past the tables (``hold_blocks``, ``release_blocks``, ``replace_tables``;
-  :mod:`paged.sim.fast.decode_calendar`, :mod:`paged.sim.fast.beam_calendar`).
+  :mod:`paged.sim.fast.decode_calendar`, :mod:`paged.sim.fast.beam_calendar`), and the free blocks a
+  swapped-out group needs to come back (``swap_in_blocks``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
 from paged.block.block_table import BlockTable
@@ -32,6 +34,7 @@ from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 __all__ = ["FastBlockTable", "FastPagedKVCacheManager", "FastContiguousKVCacheManager", "FastScheduler", "ceil_sum"]
 
 _RUNNING = SequenceStatus.RUNNING
+_SEQS = attrgetter("seqs")
 
 
 def ceil_sum(x: int, block_size: int) -> int:
@@ -210,6 +213,13 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
     def _running_with_table(self, group: SequenceGroup) -> list[Sequence]:
         return [s for s in group.seqs if s.status is _RUNNING and s.seq_id in self.block_tables]
 
+    def swap_in_blocks(self, seq_group: SequenceGroup) -> int:
+        """The free GPU blocks :meth:`can_swap_in` asks of a swapped-out group (its blocks, a shared one once,
+        and the blocks its next tokens need): it fits exactly when that many are free, and the number stays
+        the same while the group stays swapped out. O(blocks)."""
+        seqs = seq_group.get_seqs(SequenceStatus.SWAPPED)
+        return len(self._distinct_blocks(seqs)) + self._append_blocks_needed(seqs, self.cpu_allocator)
+
     # -- blocks held outside the tables (the calendars) -------------------------------------
     def hold_blocks(self, num_blocks: int) -> list[int]:
         """Take ``num_blocks`` free GPU blocks, one reference each, in no table: a calendar holds a group's
@@ -315,24 +325,33 @@ class FastContiguousKVCacheManager(ContiguousKVCacheManager):
 
 class FastScheduler(Scheduler):
     """:class:`~paged.core.Scheduler` over a fast manager: a decode step's appends in one manager call,
-    the reserved sequences counted in O(1) while every request holds one sequence, and finished groups
-    looked for among the candidates a caller names."""
+    the reserved sequences counted in O(1) while every request holds one sequence (and without a Python
+    step per group while every request holds a fixed set of sequences: parallel samples), and finished
+    groups looked for among the candidates a caller names."""
 
     def __init__(self, kv_manager, **kwargs) -> None:
         super().__init__(kv_manager, **kwargs)
         self._single = True  # every group added held one sequence and never more: reserved = running groups
+        # Every group added holds all the sequences it will run (none forked, no beam): reserved = Σ sequences.
+        self._fixed = True
 
     def add_seq_group(self, seq_group: SequenceGroup) -> None:
         super().add_seq_group(seq_group)
         if len(seq_group.seqs) != 1 or seq_group.max_num_seqs > 1:
             self._single = False
+        if seq_group.max_num_seqs > len(seq_group.seqs) or getattr(seq_group, "beam", None) is not None:
+            self._fixed = False
 
     def fork_seq(self, group: SequenceGroup, parent: Sequence, child: Sequence) -> None:
-        self._single = False
+        self._single = self._fixed = False
         super().fork_seq(group, parent, child)
 
     def num_reserved_seqs(self) -> int:
-        return len(self.running) if self._single else super().num_reserved_seqs()
+        if self._single:
+            return len(self.running)
+        if self._fixed:  # each group's max(sequences, max_num_seqs) is its sequences
+            return sum(map(len, map(_SEQS, self.running)))
+        return super().num_reserved_seqs()
 
     def schedule_decodes(self) -> SchedulerOutputs:
         """:meth:`~paged.core.Scheduler.schedule_decodes` with the groups that fit appended in one manager

@@ -281,3 +281,39 @@ def test_shared_prefix_records_sharing_as_the_reference(monkeypatch, trace_name,
     assert fast[1] == ["CalendarServingLoop"] and fast[0] == ref[0]
     sharing = _sharing_recorded(fast[0][0])
     assert (sharing.saving > 0) == (trace[0].prefix_len >= block_size)  # a full block of the prefix is shared
+
+
+@pytest.mark.parametrize("width, max_num_seqs, preemption", [(2, 256, "recompute"), (4, 256, "recompute"),
+                                                             (6, 256, "recompute"), (4, 24, "recompute"),
+                                                             (4, 256, "swap")])
+def test_swapped_groups_come_back_by_the_calendar(monkeypatch, width, max_num_seqs, preemption):
+    """Groups of samples swapped out (vLLM 0.1 swaps a group of several sequences in either mode) wait and
+    come back while the calendar serves the decode steps (:meth:`CalendarServingLoop._swap_in_decode`: the
+    running groups' appends, the scheduler's swap-in on the exact free pool, one iteration priced with its
+    swaps and copies): every result field and request bit-identical to the reference, also where
+    ``max_num_seqs`` holds a group back. In recompute mode the step-by-step loop serves no step while a group
+    is swapped out (in swap mode a decode that must preempt still goes to it)."""
+    trace = synthetic_trace(60, 80.0, seed=width, max_prompt=150, max_output=100)
+    cost = get_cost_model("opt-13b", block_size=16)
+    slow, back = [], []
+    sync, swap_in = CalendarServingLoop._sync, CalendarServingLoop._swap_in_decode
+
+    def counted_sync(self):
+        slow.append(len(self.scheduler.swapped))
+        sync(self)
+
+    def counted_swap_in(self, *args):
+        before = len(self.scheduler.swapped)
+        finished = swap_in(self, *args)
+        back.append(before - len(self.scheduler.swapped))
+        return finished
+
+    monkeypatch.setattr(CalendarServingLoop, "_sync", counted_sync)
+    monkeypatch.setattr(CalendarServingLoop, "_swap_in_decode", counted_swap_in)
+    fast, ref = served_both(trace, lambda: _manager("paged", 16, 1536), cost, preemption_mode=preemption, n=width,
+                            max_num_seqs=max_num_seqs, max_num_batched_tokens=4096)
+    assert fast[1] == ["CalendarServingLoop"] and fast[0] == ref[0]
+    assert fast[0][0]["num_preemptions"] > 0 and back and all(back)  # each swap-in step brought a group back
+    if preemption == "recompute":
+        assert not any(slow)
+    assert fast[2].num_used_slots == ref[2].num_used_slots == 0

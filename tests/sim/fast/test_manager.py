@@ -261,3 +261,55 @@ def test_the_decode_step_with_prefix_caching_registers_the_blocks_the_reference_
                            manager.gpu_allocator.num_cached_blocks, [manager.prefill_tokens(p) for p in probe]))
         assert states[0] == states[1], step
     assert states[0][2] > 4  # decode blocks were registered, not only the prompts'
+
+
+@pytest.mark.parametrize("decoded", [False, True])
+def test_swap_in_blocks_is_what_can_swap_in_asks(decoded):
+    """A swapped-out group of samples fits back exactly when ``swap_in_blocks`` blocks are free: its blocks (the
+    shared ones once), plus, when each sample has a token not yet in the cache, the copies of their shared
+    partly filled last block."""
+    mgr = fast_manager("paged", 8, 4, num_cpu_blocks=8)
+    g = SequenceGroup(0, 0.0, [Sequence(k, 10) for k in range(3)], 5)
+    admit(mgr, g)  # 10 tokens: 3 blocks shared by the 3 samples, the last one partly filled
+    if decoded:
+        for s in g.seqs:
+            s.append_token()
+    mgr.swap_out(g)
+    for s in g.seqs:
+        s.status = SequenceStatus.SWAPPED
+    need = mgr.swap_in_blocks(g)
+    assert need == (5 if decoded else 3)  # two of the three writers copy the shared last block
+    for free in range(8, -1, -1):
+        held = mgr.hold_blocks(8 - free)
+        assert (mgr.can_swap_in(g) is AllocStatus.OK) == (need <= free)
+        mgr.release_blocks(held)
+    mgr.check_invariants()
+
+
+@pytest.mark.parametrize("shape", ["single", "samples", "beam", "forked"])
+def test_reserved_sequences_are_the_references(shape):
+    """The fast scheduler counts the running groups' reserved sequences as the reference does, by its
+    shortcuts for one sequence per request and for parallel samples, and without them for beams and forks."""
+    from paged.core.scheduler import Scheduler
+
+    def groups():
+        out = []
+        for i in range(6):
+            width = 1 if shape == "single" else 1 + i % 3
+            seqs = [Sequence(10 * i + k, 5 + i) for k in range(1 if shape in ("beam", "forked") else width)]
+            out.append(SequenceGroup(i, float(i), seqs, 4, max_num_seqs=width if shape == "beam" else 0))
+        return out
+
+    counts = []
+    for cls, manager in ((fast_path.FastScheduler, fast_manager("paged")), (Scheduler, reference_manager("paged"))):
+        scheduler = cls(manager)
+        for g in groups():
+            scheduler.add_seq_group(g)
+        out = scheduler.schedule()
+        seen = [scheduler.num_reserved_seqs()]
+        if shape == "forked":
+            parent = out.scheduled_seq_groups[0].seqs[0]
+            scheduler.fork_seq(out.scheduled_seq_groups[0], parent, Sequence(999, parent.prompt_len))
+            seen.append(scheduler.num_reserved_seqs())
+        counts.append(seen)
+    assert counts[0] == counts[1] and counts[0][0] > 0
