@@ -132,16 +132,19 @@ class BlockAllocator:
             counts[block_id] += 1
 
     def free_all(self, blocks: list[int]) -> None:
-        """Drop one reference to each of a block table's ``blocks``, tail first (:meth:`free` of each, in
-        that order). O(blocks).
+        """Drop one reference to each of a block table's ``blocks`` (distinct ids), tail first (:meth:`free`
+        of each, in that order): all or nothing. O(blocks).
 
         Raises:
-            ValueError: if a block is already free; the blocks after it (in the table's order) stay freed.
+            ValueError: if a block is already free; no count has changed then.
         """
         counts = self._ref_counts
+        if 0 in map(counts.__getitem__, blocks):  # checked first, so a failed free changes nothing
+            block_id = next(b for b in blocks if counts[b] == 0)
+            raise ValueError(f"double free: physical block {block_id} is already free")
         for block_id in reversed(blocks):
             count = counts[block_id]
-            if count == 0:
+            if count == 0:  # only an id listed twice gets here
                 raise ValueError(f"double free: physical block {block_id} is already free")
             counts[block_id] = count - 1
             if count == 1:

@@ -4,9 +4,9 @@ Logical block ``i`` of a sequence holds its tokens ``i*block_size .. (i+1)*block
 ``physical_blocks[i]`` says where in the KV cache they live. A block is allocated only when a token
 crosses a block boundary, so a sequence wastes at most the unfilled tail of its last block (§4.3).
 ``fork`` shares every block with a child (§4.4). Only the last block is ever written; when it is shared
-and partly filled, the next append first gives this table a private copy (copy-on-write, decided in
-:mod:`paged.block.copy_on_write`) and returns the ``(src, dst)`` pair, so the caller copies the KV data
-in one batched step (§5.1).
+and partly filled, the next append first gives this table a private copy (copy-on-write, decided by
+:meth:`BlockTable.needs_copy_on_write`, taken by :func:`paged.block.copy_on_write.copy_on_write`) and
+returns the ``(src, dst)`` pair, so the caller copies the KV data in one batched step (§5.1).
 """
 
 from __future__ import annotations
@@ -42,11 +42,13 @@ class BlockTable:
             if not isinstance(allocator, BlockAllocator):
                 raise TypeError(f"BlockTable needs a BlockAllocator, got {type(allocator).__name__}")
             num_tokens = as_int(num_tokens, "a token count")
+            if num_tokens < 0:
+                raise ValueError(f"a block table holds a token count ≥ 0, got {num_tokens}")
             for block_id in blocks:
                 if allocator.ref_count(block_id) == 0:
                     raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
             needed = -(-num_tokens // allocator.block_size)
-            if needed != len(blocks) or num_tokens < 0:
+            if needed != len(blocks):
                 raise ValueError(f"{num_tokens} tokens need {needed} blocks of {allocator.block_size}, "
                                  f"got {len(blocks)}")
         self._allocator = allocator
@@ -162,8 +164,8 @@ class BlockTable:
         shared again, so it is evicted first.
 
         Raises:
-            ValueError: if a block is already free (the bookkeeping was corrupted elsewhere); the table
-                then still lists its blocks.
+            ValueError: if a block is already free (the bookkeeping was corrupted elsewhere); nothing has
+                changed then.
         """
         self._allocator.free_all(self._blocks)
         self._blocks = []

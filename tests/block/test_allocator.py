@@ -122,4 +122,5 @@ def test_incref_all_of_a_free_block_changes_nothing():
     assert [alloc.ref_count(b) for b in blocks] == [1, 1, 0]
     with pytest.raises(ValueError, match="double free"):
         alloc.free_all(blocks)  # the tail is already free
+    assert [alloc.ref_count(b) for b in blocks] == [1, 1, 0]  # a failed free changes nothing either
     alloc.check_invariants()

@@ -167,3 +167,18 @@ def test_table_needs_an_allocator_and_owned_blocks():
         BlockTable(alloc, [7], 3)
     with pytest.raises(ValueError, match="out of range"):
         BlockTable(alloc, [99], 3)
+
+
+def test_a_failed_free_changes_nothing_so_a_retry_cannot_hurt_a_sibling():
+    alloc = BlockAllocator(8, 4)
+    x = BlockTable(alloc)
+    x.append_tokens(10)  # blocks 0, 1, 2
+    y = x.fork()
+    first = x.physical_blocks[0]
+    alloc.free(first)
+    alloc.free(first)  # corrupted behind the tables' backs: block 0 is free while both list it
+    for _ in range(2):
+        with pytest.raises(ValueError, match="double free"):
+            x.free()
+        assert [alloc.ref_count(b) for b in y.physical_blocks] == [0, 2, 2]
+    assert x.physical_blocks == y.physical_blocks
