@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import sys
 import warnings
 
@@ -456,6 +457,9 @@ def run_command(parser: argparse.ArgumentParser, body, argv: list[str] | None = 
     args = parser.parse_args(argv)
     try:
         return body(args) or 0
+    except BrokenPipeError:  # the reader went away (`... | head`): nothing left to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
+        return 0
     except (ValueError, OSError, MemoryError) as err:
         parser.exit(2, f"error: {' '.join(str(err).split())}\n")  # one line, whatever the message held
     except KeyboardInterrupt:

@@ -215,3 +215,20 @@ def test_ctrl_c_ends_in_one_line_and_status_130(capsys):
         run_command(argparse.ArgumentParser(prog="paged"), body, [])
     assert exit_info.value.code == 130
     assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """``python -m paged ... | head``: a closed pipe is not an error (exit 0, nothing on stderr)."""
+    cmd = [sys.executable, "-m", "paged", "fragmentation", "--json", "--num-requests", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader leaves before the command writes (as `head` does once it has its lines)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and err == "", err
+
+
+def test_block_manager_refuses_a_watermark_that_is_not_a_number():
+    from paged import PagedKVCacheManager
+
+    for bad in ("x", None, True, float("nan"), 1.0):
+        with pytest.raises(ValueError, match="watermark must be a number in"):
+            PagedKVCacheManager(16, 4, watermark=bad)

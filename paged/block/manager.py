@@ -66,8 +66,8 @@ class PagedKVCacheManager:
 
     def __init__(self, num_gpu_blocks: int, block_size: int, *, num_cpu_blocks: int = 0, watermark: float = 0.01,
                  enable_prefix_caching: bool = False, hash_fn=hash_block_tokens) -> None:
-        if not 0.0 <= watermark < 1.0:
-            raise ValueError(f"watermark must be in [0, 1), got {watermark}")
+        if isinstance(watermark, bool) or not isinstance(watermark, (int, float)) or not 0.0 <= watermark < 1.0:
+            raise ValueError(f"watermark must be a number in [0, 1), got {watermark!r}")
         if enable_prefix_caching:
             self.gpu_allocator: BlockAllocator = PrefixCachingBlockAllocator(num_gpu_blocks, block_size, hash_fn=hash_fn)
         else:
