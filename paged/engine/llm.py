@@ -331,8 +331,8 @@ class LLM:
             TypeError: a token-id prompt with non-integer ids (e.g. floats).
             paged.core.kv_cache_manager.RequestTooLargeError: a request larger than the whole KV cache.
 
-        Interrupting: whatever escapes this call (``KeyboardInterrupt``, an exception from the model,
-        the sampler or a callback) leaves the LLM as usable as before: every block the call took (GPU
+        Interrupting: whatever escapes this call (``KeyboardInterrupt``, an exception from the model
+        or the sampler) leaves the LLM as usable as before: every block the call took (GPU
         and swap space) is back before the exception propagates, and the prefix cache keeps only
         blocks whose KV was written, so the next call returns what a fresh LLM returns
         (:class:`paged.core.serving_loop.ServingLoop`).
@@ -405,7 +405,9 @@ class LLM:
         Used by :meth:`generate`; tests and notebooks call ``loop.step()`` to watch individual
         iterations (``loop.scheduler``, ``loop.executor.stats``). Nothing is queued if any request is
         bad (all or nothing). A request of such a loop is aborted with ``loop.abort_request(i)``; its
-        output then says ``finish_reason="abort"`` (:meth:`request_outputs`).
+        output then says ``finish_reason="abort"`` (:meth:`request_outputs`). A loop stopped before it
+        finishes (dropped, or interrupted between ``step()`` calls) still holds its requests' blocks:
+        ``loop.abandon()`` gives every one back (an exception inside ``step()`` does that itself).
 
         Returns:
             ``(loop, prompt_texts)``; ``loop.groups`` are the requests' sequence groups, in prompt order.
@@ -413,7 +415,7 @@ class LLM:
         Raises:
             as :meth:`generate`.
         """
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         if isinstance(prompts, (bytes, dict)) or not isinstance(prompts, Iterable):  # a bare number, a mapping
             raise TypeError(f"prompts must be a string, a list of strings or a list of token-id lists, "

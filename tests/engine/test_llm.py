@@ -342,3 +342,11 @@ def test_attention_name_is_switched_for_the_forward_only(model, prompts, hf_gree
     composite = LlavaConfig()
     _attention_name_setter(composite)("sdpa")
     assert composite._attn_implementation == composite.text_config._attn_implementation == "sdpa"
+
+
+def test_a_tuple_of_token_ids_is_one_prompt_as_a_list_is(model):
+    llm = LLM(model, block_size=16, num_gpu_blocks=16)
+    as_tuple = llm.generate((5, 6, 7), SamplingParams(temperature=0, max_tokens=3))
+    as_list = llm.generate([5, 6, 7], SamplingParams(temperature=0, max_tokens=3))
+    assert len(as_tuple) == len(as_list) == 1
+    assert as_tuple[0].outputs[0].token_ids == as_list[0].outputs[0].token_ids
