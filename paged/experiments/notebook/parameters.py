@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import types
 import typing
+from pathlib import Path
 
 __all__ = ["record_parameters", "check_parameters", "checked_parameters", "check_notebook_parameters", "trace_choices",
            "default_figures_dir", "NOTEBOOK_FIGURES",
@@ -301,6 +302,9 @@ def check_parameters(namespace: dict, *, positive=(), nonnegative=(), choices=No
             if seen:
                 raise ParameterValueError(f"papermill parameter {name!r} has a value twice ({seen[0]!r} in {_shown(value)}): "
                                           f"each value is one point of the sweep")
+    out = namespace.get("output_dir")
+    if "output_dir" in defaults and isinstance(out, str) and Path(out).exists() and not Path(out).is_dir():
+        raise ParameterValueError(f"papermill parameter 'output_dir': {out!r} is a file, not a folder for the figures")
     if "output_dir" in defaults and namespace.get("output_dir") == defaults["output_dir"] == NOTEBOOK_FIGURES:
         from paged.experiments.notebook.provenance import run_context
 

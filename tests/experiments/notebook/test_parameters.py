@@ -204,3 +204,15 @@ def test_the_default_figure_folder_is_beside_notebooks_or_in_the_working_folder(
     assert checked(tmp_path) == "figures" and checked(tmp_path / "notebooks") == "../figures"
     monkeypatch.setenv(RUN_ENV, '{"target": "/somewhere", "staging": "/somewhere/.s"}')
     assert checked(tmp_path) == "../figures"  # a runner's output_dir is its own
+
+
+def test_an_output_dir_that_is_a_file_is_refused_before_anything_runs(tmp_path):
+    from paged.experiments.notebook.parameters import ParameterValueError
+
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    ns = {"output_dir": "../figures"}
+    record_parameters(ns)
+    ns["output_dir"] = str(a_file)
+    with pytest.raises(ParameterValueError, match="output_dir.*is a file"):
+        check_parameters(ns)
