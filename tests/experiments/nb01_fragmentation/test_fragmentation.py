@@ -91,3 +91,15 @@ def test_a_constant_clock_refuses_a_time_that_is_not_positive_and_finite(seconds
 
     with pytest.raises(ValueError, match="seconds must be a finite number > 0"):
         ConstantIterationTime(seconds)
+
+
+def test_the_binding_note_says_whether_the_cache_bound_the_paged_run():
+    import pandas as pd
+
+    from paged.experiments.nb01_fragmentation.fragmentation import binding_note
+
+    row = {"token_states": 0.96, "reservation": 0.01, "internal": 0.02}
+    bound = pd.DataFrame([{"system": "paged", **row, "external": 0.01}])
+    free = pd.DataFrame([{"system": "paged", **row, "external": 0.65}])
+    assert binding_note(bound).startswith("The cache bound this run: paged left 1.0%")
+    assert "did NOT bind" in binding_note(free) and "65.0%" in binding_note(free)
