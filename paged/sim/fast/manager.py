@@ -8,7 +8,8 @@ same order:
 * a decode step's appends for every running group (:meth:`FastPagedKVCacheManager.append_slots_in_order`,
   used by :meth:`FastScheduler.schedule_decodes`): a token that fits in its private last block changes a
   count and nothing else;
-* a new request's prefill without a plan when nothing can be shared but its own prompt;
+* a new request's prefill without a plan when nothing can be shared but its own prompt, and otherwise
+  planned once for the admission's three questions (``keeping_plans``);
 * a beam step's frees and forks (``free_and_fork``);
 * the block limit and the memory breakdown of a run of ``k`` identical decode iterations, in closed form
   (``decode_run_limit``, ``decode_run_usage``; :mod:`paged.sim.fast.fast_forward`);
@@ -20,6 +21,7 @@ same order:
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import contextmanager, nullcontext
 from operator import attrgetter
 
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
@@ -79,6 +81,31 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
     #: A decode allocates a block when a token crosses a block boundary (the calendars read it).
     decode_allocates = True
 
+    # -- one admission's prefill plans -----------------------------------------------------
+    _keep_plans = False
+    _kept_plan: tuple[SequenceGroup, object] | None = None
+
+    @contextmanager
+    def keeping_plans(self):
+        """Within the block, the prefill plan of the group asked last answers the next question about
+        that group (``prefill_tokens``, ``can_allocate``, ``allocate``) instead of being planned again.
+        The caller asks about one group at a time and changes nothing in between but ``allocate``, which
+        drops the kept plan once it has used it: the scheduler's admission loop. O(1)."""
+        self._keep_plans = True
+        try:
+            yield
+        finally:
+            self._keep_plans, self._kept_plan = False, None
+
+    def _plan(self, seq_group: SequenceGroup):
+        kept = self._kept_plan
+        if kept is not None and kept[0] is seq_group:
+            return kept[1]
+        plan = super()._plan(seq_group)
+        if self._keep_plans:
+            self._kept_plan = (seq_group, plan)
+        return plan
+
     # -- a prefill with nothing to share but its own prompt -------------------------------
     def _simple(self, seq_group: SequenceGroup) -> bool:
         """One sequence, or the new samples of one prompt (all waiting, none generated), without a prefix
@@ -106,7 +133,10 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
 
     def allocate(self, seq_group: SequenceGroup) -> list[int]:
         if not self._simple(seq_group):
-            return super().allocate(seq_group)
+            try:
+                return super().allocate(seq_group)
+            finally:
+                self._kept_plan = None  # the cache has changed: no plan of before may answer again
         first, *samples = seq_group.seqs
         table = FastBlockTable(self.gpu_allocator)
         table.append_tokens(first.num_tokens)
@@ -278,6 +308,10 @@ class FastContiguousKVCacheManager(ContiguousKVCacheManager):
 
     decode_allocates = False
 
+    def keeping_plans(self):
+        """A contiguous manager plans nothing: a no-op block (:meth:`FastPagedKVCacheManager.keeping_plans`)."""
+        return nullcontext()
+
     def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
         """``(groups done, [])``: the groups, in order, up to the first whose running sequences do not all
         stay inside their reservations. O(sequences)."""
@@ -352,6 +386,12 @@ class FastScheduler(Scheduler):
         if self._fixed:  # each group's max(sequences, max_num_seqs) is its sequences
             return sum(map(len, map(_SEQS, self.running)))
         return super().num_reserved_seqs()
+
+    def schedule_prefills(self) -> SchedulerOutputs:
+        """:meth:`~paged.core.Scheduler.schedule_prefills` with each group's prefill planned once per question
+        round (``keeping_plans``): the same groups admitted, the same blocks."""
+        with self.kv_manager.keeping_plans():
+            return super().schedule_prefills()
 
     def schedule_decodes(self) -> SchedulerOutputs:
         """:meth:`~paged.core.Scheduler.schedule_decodes` with the groups that fit appended in one manager

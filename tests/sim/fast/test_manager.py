@@ -313,3 +313,29 @@ def test_reserved_sequences_are_the_references(shape):
             seen.append(scheduler.num_reserved_seqs())
         counts.append(seen)
     assert counts[0] == counts[1] and counts[0][0] > 0
+
+
+def test_a_kept_prefill_plan_answers_only_for_its_group_until_the_cache_changes():
+    """Within ``keeping_plans`` (the fast scheduler's admission), a plan answers again only for the group it
+    was made for and only until ``allocate`` changes the cache: the same answers and tables as the reference."""
+    from contextlib import nullcontext
+
+    from paged.block import PagedKVCacheManager
+
+    seen = []
+    for cls in (FastPagedKVCacheManager, PagedKVCacheManager):
+        manager = cls(64, 4, watermark=0.0, enable_prefix_caching=True)
+        x = SequenceGroup(0, 0.0, [Sequence(0, 13, 0, list(range(13)))], 4)
+        y = SequenceGroup(1, 0.0, [Sequence(1, 9, 0, list(range(9)))], 4)
+        answers = []
+        with manager.keeping_plans() if cls is FastPagedKVCacheManager else nullcontext():
+            answers.append(manager.prefill_tokens(x))  # nothing cached yet: all 13 tokens
+            manager.allocate(y)  # another group: planned for itself
+            manager.commit_computed()
+            answers.append(manager.prefill_tokens(x))  # y's two full blocks are cached now: 5 tokens
+            answers.append(manager.allocate(x))
+            manager.commit_computed()
+            answers.append(manager.prefill_tokens(x))  # asked again after the change: its own 3 blocks hit
+        seen.append((answers, manager.get_block_table(x.seqs[0]), manager.get_block_table(y.seqs[0])))
+    assert seen[0] == seen[1]
+    assert [seen[0][0][i] for i in (0, 1, 3)] == [13, 5, 1]
