@@ -240,12 +240,20 @@ def run_notebook(notebook: str | Path, output: str | Path, parameters: dict | No
     start = time.perf_counter()
     try:
         with _Interrupts():
-            try:
-                pm.execute_notebook(str(notebook), str(tmp), parameters=params, cwd=str(cwd),
-                                    kernel_name=kernel or KERNEL_NAME, progress_bar=False, log_output=log_output,
-                                    kernel_manager_class=_manager_class({RUN_ENV: json.dumps(context)}, log))
-            except pm.PapermillExecutionError as err:  # a cell raised: the notebook shows it
-                run.error = f"{err.ename}: {err.evalue}"
+            for attempt in (1, 2):
+                try:
+                    pm.execute_notebook(str(notebook), str(tmp), parameters=params, cwd=str(cwd),
+                                        kernel_name=kernel or KERNEL_NAME, progress_bar=False, log_output=log_output,
+                                        kernel_manager_class=_manager_class({RUN_ENV: json.dumps(context)}, log))
+                except pm.PapermillExecutionError as err:  # a cell raised: the notebook shows it
+                    run.error = f"{err.ename}: {err.evalue}"
+                except RuntimeError as err:
+                    # Kernels started at once (a sweep's workers) can be handed the same free port; the one
+                    # that loses dies before its first reply, having run nothing: it is started once more.
+                    if attempt == 1 and "before replying to kernel_info" in str(err):
+                        continue
+                    raise
+                break
         run.seconds = time.perf_counter() - start
         if run.error is None:
             state = git_state(PACKAGE_ROOT.parent)

@@ -120,3 +120,28 @@ def test_the_command_line_runs_one_notebook(small, tmp_path):
     assert done.returncode == 0, done.stderr
     run = json.loads(done.stdout)
     assert run["error"] is None and sorted(run["made"]) == ["first", "second"] and done.stderr == ""
+
+
+def test_a_kernel_that_dies_before_its_first_reply_is_started_once_more(small, tmp_path, monkeypatch):
+    """Kernels started at once can be handed the same port and one dies before replying, having run nothing:
+    the run starts it once more; a second such death is the run's error."""
+    import papermill as pm
+
+    nb, _, _ = small
+    real, calls = pm.execute_notebook, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= fails:
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pm, "execute_notebook", flaky)
+    fails = 1
+    run = run_notebook(nb, tmp_path / "out" / "09_small.ipynb", {"height": 5}, figures=tmp_path / "figures", runner="test")
+    assert run.error is None and len(calls) == 2
+    calls.clear()
+    fails = 2
+    with pytest.raises(RuntimeError, match="kernel_info"):
+        run_notebook(nb, tmp_path / "out2" / "09_small.ipynb", {"height": 5}, figures=tmp_path / "figures2", runner="test")
+    assert len(calls) == 2
