@@ -304,8 +304,9 @@ class PagedKVCacheManager:
                 else:
                     mapping[src] = dst_allocator.allocate()
                 new_blocks.append(mapping[src])
-            self.block_tables[seq.seq_id] = self.block_table_class(dst_allocator, new_blocks,
-                                                                               old.num_tokens)
+            # validate=False: each block was just taken or referenced here, for as many tokens as before
+            self.block_tables[seq.seq_id] = self.block_table_class(dst_allocator, new_blocks, old.num_tokens,
+                                                                   validate=False)
             old.free()
         return list(mapping.items())
 

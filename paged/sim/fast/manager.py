@@ -37,6 +37,7 @@ __all__ = ["FastBlockTable", "FastPagedKVCacheManager", "FastContiguousKVCacheMa
 
 _RUNNING = SequenceStatus.RUNNING
 _SEQS = attrgetter("seqs")
+_MAX_NUM_SEQS = attrgetter("max_num_seqs")
 
 
 def ceil_sum(x: int, block_size: int) -> int:
@@ -58,6 +59,16 @@ class FastBlockTable(BlockTable):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.full_blocks_registered = -1
+
+    def blocks_to_grow(self, num_tokens: int) -> int | None:
+        """Free blocks that room for ``num_tokens`` tokens in all takes, or None if the next token would
+        copy a shared, partly filled last block (:meth:`needs_copy_on_write`). O(1)."""
+        have, blocks = self._num_tokens, self._blocks
+        if num_tokens <= have:
+            return 0
+        if have % self._block_size and self._allocator.ref_count(blocks[-1]) > 1:
+            return None
+        return max(0, -(-num_tokens // self._block_size) - len(blocks))
 
     def grow_to(self, num_tokens: int, copies: list[tuple[int, int]]) -> bool:
         """Room for ``num_tokens`` tokens in all (``append_tokens`` of the difference) if the free blocks
@@ -167,12 +178,31 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
                     if full != table.full_blocks_registered:
                         chains.register_full_blocks(seq, table)
                         table.full_blocks_registered = full
+            elif chains is None and (grow := self._group_growth(group)) is not None:
+                running, needed = grow  # the samples' last blocks are private: no copy to count
+                if needed > self.gpu_allocator.num_free_blocks:
+                    return done, copies
+                for seq in running:  # each fits: together they take at most the free blocks
+                    tables[seq.seq_id].grow_to(seq.prompt_len + seq.num_generated, copies)
             elif self.can_append_slots(group):
                 for seq in group.get_seqs(_RUNNING):
                     copies.extend(self.append_slots(seq))
             else:
                 return done, copies
         return len(seq_groups), copies
+
+    def _group_growth(self, seq_group: SequenceGroup) -> tuple[list[Sequence], int] | None:
+        """The group's running sequences and the free blocks their appends take, or None if one of them
+        would copy a shared last block (the reference then counts the copies). Without copies each table
+        needs only the blocks past its end, as ``can_append_slots`` counts them. O(sequences)."""
+        tables, needed = self.block_tables, 0
+        running = [seq for seq in seq_group.seqs if seq.status is _RUNNING]
+        for seq in running:
+            blocks = tables[seq.seq_id].blocks_to_grow(seq.prompt_len + seq.num_generated)
+            if blocks is None:
+                return None
+            needed += blocks
+        return running, needed
 
     def free_and_fork(self, dropped: list[Sequence], forks: list[tuple[Sequence, Sequence]]) -> None:
         """``free`` each sequence of ``dropped``, then ``fork`` each ``(parent, child)``, in order: a beam
@@ -383,9 +413,10 @@ class FastScheduler(Scheduler):
     def num_reserved_seqs(self) -> int:
         if self._single:
             return len(self.running)
+        running = self.running
         if self._fixed:  # each group's max(sequences, max_num_seqs) is its sequences
-            return sum(map(len, map(_SEQS, self.running)))
-        return super().num_reserved_seqs()
+            return sum(map(len, map(_SEQS, running)))
+        return sum(map(max, map(len, map(_SEQS, running)), map(_MAX_NUM_SEQS, running)))  # the reference's sum, in C
 
     def schedule_prefills(self) -> SchedulerOutputs:
         """:meth:`~paged.core.Scheduler.schedule_prefills` with each group's prefill planned once per question

@@ -9,7 +9,7 @@ from paged.core.kv_cache_manager import AllocStatus
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 from paged.sim.fast.manager import FastBlockTable, FastPagedKVCacheManager, ceil_sum
 from paged.systems import make_kv_manager, system_names
-from paged.block import BlockAllocator, BlockTable
+from paged.block import BlockAllocator, BlockTable, PagedKVCacheManager
 from paged.sim import fast as fast_path
 
 MANAGED = system_names(manager=True)
@@ -179,8 +179,8 @@ def test_append_slots_in_order_is_group_by_group_until_one_does_not_fit(system, 
         for i, (prompt, output) in enumerate(shapes):
             g = group(i, prompt, output)
             admit(manager, g)
-            if fork_first and i == 0:
-                child = Sequence(100, prompt)
+            for k in range(fork_first * (2 if i == 0 else i == 3)):  # groups of 3 and 2 samples
+                child = Sequence(100 + 10 * i + k, prompt)
                 manager.fork(g.seqs[0], child)
                 child.status = SequenceStatus.RUNNING
                 g.seqs.append(child)
@@ -192,16 +192,19 @@ def test_append_slots_in_order_is_group_by_group_until_one_does_not_fit(system, 
     for step in range(110):  # Orca (Max) reserves 128 slots: its sequences outgrow them too
         if not fast[1]:
             break
+        if step == 20 and fork_first:  # a finished sample holds its blocks but no longer grows
+            for _, groups in (fast, slow):
+                groups[0].seqs[1].status = SequenceStatus.FINISHED
         for manager, groups in (fast, slow):
             for g in groups:
-                for s in g.seqs:
+                for s in g.get_seqs(SequenceStatus.RUNNING):
                     s.append_token()
         done, copies = fast[0].append_slots_in_order(fast[1])
         expected, ref = 0, []
         for g in slow[1]:
             if not slow[0].can_append_slots(g):
                 break
-            for s in g.seqs:
+            for s in g.get_seqs(SequenceStatus.RUNNING):
                 ref.extend(slow[0].append_slots(s))
             expected += 1
         assert (done, copies) == (expected, ref), step
@@ -214,11 +217,43 @@ def test_append_slots_in_order_is_group_by_group_until_one_does_not_fit(system, 
                 for s in last.seqs:
                     manager.free(s)
                 for g in groups:
-                    for s in g.seqs:
+                    for s in g.get_seqs(SequenceStatus.RUNNING):
                         s.num_generated -= 1
     assert stops >= 2  # the case that matters was met
 
 
+
+
+@pytest.mark.parametrize("prompt", [20, 32])  # the samples share a partly filled last block, or a full one
+@pytest.mark.parametrize("spare", [-1, 0, 1])
+def test_a_group_of_samples_fits_exactly_when_the_reference_says_it_does(prompt, spare):
+    """Three samples of one prompt take their first token: with a shared, partly filled last block two of
+    them copy it (the third then holds it alone and writes in place); with a full one each takes a new
+    block. With one block fewer than that, the fast step stops at the group, as the reference does."""
+    def build(cls):
+        manager = cls(64, BLOCK, watermark=0.0)
+        first = Sequence(0, prompt)
+        g = SequenceGroup(0, 0.0, [first], 40)
+        admit(manager, g)
+        for k in (1, 2):
+            child = Sequence(k, prompt)
+            manager.fork(first, child)
+            child.status = SequenceStatus.RUNNING
+            g.seqs.append(child)
+        needed = 2 if prompt % BLOCK else 3
+        filler = Sequence(9, BLOCK * (manager.get_num_free_gpu_blocks() - needed - spare))
+        admit(manager, SequenceGroup(9, 0.0, [filler], 1))  # leaves needed + spare blocks free
+        for s in g.seqs:
+            s.append_token()
+        return manager, g
+
+    (fast, g_fast), (slow, g_slow) = build(FastPagedKVCacheManager), build(PagedKVCacheManager)
+    fits = slow.can_append_slots(g_slow)
+    assert fits == (spare >= 0)
+    ref = [pair for s in g_slow.seqs for pair in slow.append_slots(s)] if fits else []
+    assert fast.append_slots_in_order([g_fast]) == (int(fits), ref)
+    assert [fast.get_block_table(s) for s in g_fast.seqs] == [slow.get_block_table(s) for s in g_slow.seqs]
+    assert fast.get_num_free_gpu_blocks() == slow.get_num_free_gpu_blocks()
 
 
 @pytest.mark.parametrize("lag", [0, 3])
