@@ -27,12 +27,13 @@ class BlockTable:
             hands over to the table (its :meth:`free` drops them): a swapped sequence's new blocks
             (§4.5), a planned prefill's; empty (the default) for a new sequence. Copied.
         num_tokens: tokens those blocks hold (tokens); they must need exactly ``len(blocks)`` blocks.
-        validate: False skips the checks below, for blocks already checked by a table (a fork's copy).
+        validate: False skips the checks below, for blocks known to be held once each (a fork's copy, a
+            swap's new blocks).
 
     Raises:
         TypeError: if ``allocator`` is not a :class:`BlockAllocator`, or a count or id is not an integer.
-        ValueError: if ``num_tokens`` does not need exactly ``len(blocks)`` blocks, or a block is free or
-            out of range. O(blocks).
+        ValueError: if ``num_tokens`` does not need exactly ``len(blocks)`` blocks, or a block is free, out
+            of range or listed twice. O(blocks).
     """
 
     __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens")
@@ -44,9 +45,13 @@ class BlockTable:
             num_tokens = as_int(num_tokens, "a token count")
             if num_tokens < 0:
                 raise ValueError(f"a block table holds a token count ≥ 0, got {num_tokens}")
+            blocks = list(blocks)
             for block_id in blocks:
                 if allocator.ref_count(block_id) == 0:
                     raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
+            if len(set(blocks)) != len(blocks):  # one reference per logical block: a repeat would be freed twice
+                repeated = sorted({b for b in blocks if blocks.count(b) > 1})
+                raise ValueError(f"physical block(s) {repeated} appear twice in one table")
             needed = -(-num_tokens // allocator.block_size)
             if needed != len(blocks):
                 raise ValueError(f"{num_tokens} tokens need {needed} blocks of {allocator.block_size}, "

@@ -32,6 +32,7 @@ from paged.block.copy_on_write import copies_for_writers
 from paged.block.prefill_plan import HIT, NEW, PREFIX, PrefillPlan, plan_prefill
 from paged.block.prefix_caching import PrefixCachingBlockAllocator, hash_block_tokens
 from paged.block.sequence_hashes import SequenceHashes
+from paged.core.checks import as_int, as_positive_int
 from paged.core.kv_cache_manager import AllocStatus, MemoryUsage
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
@@ -61,13 +62,19 @@ class PagedKVCacheManager:
         gpu_allocator, cpu_allocator: the two pools (``cpu_allocator`` None without swap space).
 
     Raises:
-        ValueError: on a non-positive block count or block size, or a watermark outside [0, 1).
+        ValueError: on a non-positive GPU block count or block size, a negative CPU block count, or a
+            watermark outside [0, 1).
+        TypeError: if a block count is not an integer.
     """
 
     def __init__(self, num_gpu_blocks: int, block_size: int, *, num_cpu_blocks: int = 0, watermark: float = 0.01,
                  enable_prefix_caching: bool = False, hash_fn=hash_block_tokens) -> None:
         if isinstance(watermark, bool) or not isinstance(watermark, (int, float)) or not 0.0 <= watermark < 1.0:
             raise ValueError(f"watermark must be a number in [0, 1), got {watermark!r}")
+        num_gpu_blocks = as_positive_int(num_gpu_blocks, "num_gpu_blocks")
+        num_cpu_blocks = as_int(num_cpu_blocks, "num_cpu_blocks")
+        if num_cpu_blocks < 0:
+            raise ValueError(f"num_cpu_blocks must be ≥ 0 (0: no swap space), got {num_cpu_blocks}")
         if enable_prefix_caching:
             self.gpu_allocator: BlockAllocator = PrefixCachingBlockAllocator(num_gpu_blocks, block_size, hash_fn=hash_fn)
         else:
@@ -110,6 +117,20 @@ class PagedKVCacheManager:
         final_blocks = _cdiv(seq_group.prompt_len + seq_group.output_len - 1, self.block_size)
         return shared + seq_group.peak_num_seqs * (final_blocks - shared)
 
+    def _check_unplaced(self, seq_group: SequenceGroup) -> None:
+        """Refuse to allocate for a waiting sequence that holds a table: the old table's blocks would leak."""
+        held = [seq.seq_id for seq in seq_group.get_seqs(SequenceStatus.WAITING) if seq.seq_id in self.block_tables]
+        if held:
+            raise ValueError(f"sequence(s) {held} of request {seq_group.request_id} already hold blocks: "
+                             f"free them (or preempt the group) before allocating again")
+
+    def _table(self, seq: Sequence) -> BlockTable:
+        """The sequence's block table; a KeyError naming it when it holds none."""
+        try:
+            return self.block_tables[seq.seq_id]
+        except KeyError:
+            raise KeyError(f"sequence {seq.seq_id} holds no blocks: allocate its group first") from None
+
     def never_reason(self, seq_group: SequenceGroup) -> str:
         """Why :meth:`can_allocate` says NEVER for ``seq_group``: the numbers that do not fit."""
         usable = self.gpu_allocator.num_blocks - self.watermark_blocks
@@ -144,7 +165,9 @@ class PagedKVCacheManager:
 
         Raises:
             OutOfBlocksError: if called without a successful :meth:`can_allocate`.
+            ValueError: if one of the group's waiting sequences already holds blocks (its blocks would leak).
         """
+        self._check_unplaced(seq_group)
         allocator = self.gpu_allocator
         plan = self._plan(seq_group)
         if plan.needed > allocator.num_free_blocks:
@@ -214,16 +237,24 @@ class PagedKVCacheManager:
 
         Raises:
             OutOfBlocksError: if called without a successful :meth:`can_append_slots`.
+            KeyError: if the sequence holds no blocks.
         """
-        table = self.block_tables[seq.seq_id]
+        table = self._table(seq)
         copies = table.append_tokens(seq.num_tokens - table.num_tokens)
         if self._chains is not None:
             self._chains.register_full_blocks(seq, table)
         return copies
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
-        """The child shares every block of the parent (§4.4); allocates nothing. O(blocks)."""
-        self.block_tables[child.seq_id] = self.block_tables[parent.seq_id].fork()
+        """The child shares every block of the parent (§4.4); allocates nothing. O(blocks).
+
+        Raises:
+            KeyError: if the parent holds no blocks.
+            ValueError: if the child already holds blocks (they would leak).
+        """
+        if child.seq_id in self.block_tables:
+            raise ValueError(f"sequence {child.seq_id} already holds blocks: free it before forking into it")
+        self.block_tables[child.seq_id] = self._table(parent).fork()
         if self._chains is not None:
             self._chains.fork(parent, child)
 
@@ -317,7 +348,7 @@ class PagedKVCacheManager:
         Raises:
             KeyError: if the sequence holds no blocks.
         """
-        return self.block_tables[seq.seq_id].physical_blocks
+        return self._table(seq).physical_blocks
 
     def get_num_free_gpu_blocks(self) -> int:
         """Free GPU blocks, evictable cached ones included (blocks)."""

@@ -175,7 +175,6 @@ def build_derived_traces(out_dir: str | Path, path: str | None = None, shared_da
         FileNotFoundError: ``shared_data`` lacks one of its files (named); the loaders' errors otherwise.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     toks = [canonical_tokenizer(t) for t in tokenizers]
     inputs = None
     if shared_data is not None:
@@ -186,6 +185,9 @@ def build_derived_traces(out_dir: str | Path, path: str | None = None, shared_da
         if missing:
             raise FileNotFoundError(f"shared data folder {shared} lacks {missing} (give its path: "
                                     "make data SHARED=path/to/shared/data)")
+    if path is not None and not Path(path).is_file():
+        raise FileNotFoundError(f"no ShareGPT file at {path}")
+    out_dir.mkdir(parents=True, exist_ok=True)  # only once every input is there: a refusal leaves no folder behind
     files: dict[str, Trace] = {}
     for tok in toks:
         files.update(_build_sharegpt(out_dir, path, tok))

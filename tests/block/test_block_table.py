@@ -182,3 +182,13 @@ def test_a_failed_free_changes_nothing_so_a_retry_cannot_hurt_a_sibling():
             x.free()
         assert [alloc.ref_count(b) for b in y.physical_blocks] == [0, 2, 2]
     assert x.physical_blocks == y.physical_blocks
+
+
+def test_a_table_refuses_a_block_listed_twice():
+    """Each logical block holds one reference: a repeated id would be freed twice, corrupting a sibling."""
+    a = BlockAllocator(8, 4)
+    b = a.allocate()
+    a.incref(b)
+    with pytest.raises(ValueError, match=rf"physical block\(s\) \[{b}\] appear twice"):
+        BlockTable(a, [b, b], 8)
+    assert a.ref_count(b) == 2  # nothing taken over

@@ -333,3 +333,41 @@ def test_decode_registers_each_block_once_it_fills():
         probe = prompt_group(1, list(seq.token_ids) + [0])
         assert mgr.prefill_tokens(probe) == probe.seqs[0].num_tokens - 4 * full  # every full block is found
     mgr.check_invariants()
+
+
+@pytest.mark.parametrize("cls", ["reference", "fast"])
+def test_misuse_is_refused_by_name_and_changes_nothing(cls):
+    """Allocating twice for a sequence that holds blocks, forking into one, or touching a sequence that
+    holds none: each is refused with an error naming the sequence, and the free blocks stay as they were."""
+    from paged.sim.fast import FastPagedKVCacheManager
+
+    mgr = (PagedKVCacheManager if cls == "reference" else FastPagedKVCacheManager)(20, 4, watermark=0.0)
+    g = group(9, 4)
+    mgr.allocate(g)
+    free = mgr.get_num_free_gpu_blocks()
+    with pytest.raises(ValueError, match=r"sequence\(s\) \[0\] of request 0 already hold blocks"):
+        mgr.allocate(g)  # still WAITING: a caller that forgot to mark it running
+    other = Sequence(1, 9)
+    mgr.fork(g.seqs[0], other)
+    with pytest.raises(ValueError, match="sequence 1 already holds blocks"):
+        mgr.fork(g.seqs[0], other)
+    stranger = Sequence(7, 5)
+    with pytest.raises(KeyError, match="sequence 7 holds no blocks"):
+        mgr.append_slots(stranger)
+    with pytest.raises(KeyError, match="sequence 7 holds no blocks"):
+        mgr.fork(stranger, Sequence(8, 5))
+    with pytest.raises(KeyError, match="sequence 7 holds no blocks"):
+        mgr.get_block_table(stranger)
+    assert mgr.get_num_free_gpu_blocks() == free
+    assert 8 not in mgr.block_tables
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(num_cpu_blocks=-1), ValueError, "num_cpu_blocks must be ≥ 0"),
+    (dict(num_cpu_blocks=2.5), TypeError, "num_cpu_blocks"),
+])
+def test_a_bad_swap_space_is_named(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        PagedKVCacheManager(10, 4, **kwargs)
+    with pytest.raises(ValueError, match="num_gpu_blocks"):
+        PagedKVCacheManager(0, 4)

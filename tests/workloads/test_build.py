@@ -50,3 +50,6 @@ def test_missing_shared_files_are_named(tmp_path):
     (shared / "wmt16" / "newstest2016.de").unlink()
     with pytest.raises(FileNotFoundError, match=r"lacks \[.*newstest2016\.de'\].*make data SHARED="):
         build_derived_traces(tmp_path / "out", str(tmp_path / "sharegpt.json"), shared)
+    with pytest.raises(FileNotFoundError, match="no ShareGPT file at"):
+        build_derived_traces(tmp_path / "out", str(tmp_path / "missing.json"))
+    assert not (tmp_path / "out").exists()  # a refusal leaves no folder behind

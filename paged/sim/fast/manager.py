@@ -148,6 +148,7 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
                 return super().allocate(seq_group)
             finally:
                 self._kept_plan = None  # the cache has changed: no plan of before may answer again
+        self._check_unplaced(seq_group)
         first, *samples = seq_group.seqs
         table = FastBlockTable(self.gpu_allocator)
         table.append_tokens(first.num_tokens)
