@@ -111,6 +111,31 @@ class CalendarServingLoop(FastServingLoop):
         if not start <= end < float("inf"):
             check_seconds(end - start, self.executor.iteration_time, self.result.num_iterations + 1)
 
+    def _one_iteration(self, now: float, swapped: int, copies: int, num_seqs: int, context: int, n: int) -> float:
+        """Charge one decode iteration starting at ``now`` (s), as the time model prices it: ``swapped`` blocks
+        moved and ``copies`` blocks copied on write before the decode of ``num_seqs`` sequences holding
+        ``context`` tokens, in that order of addition (the same float sum); ``n`` groups batched. Moves the
+        clock and the result's counters; returns the iteration's end (s)."""
+        executor, result = self.executor, self.result
+        cost = executor.iteration_time
+        t = 0.0
+        if swapped:
+            t += cost.swap_time(swapped)
+        if copies:
+            seconds = cost.block_copy_time(copies)
+            t += seconds
+            executor.cow_blocks += copies
+            executor.cow_seconds += seconds
+        t = now + (t + self._decode_time_of(num_seqs)(context))
+        self._check_clock(now, t)
+        executor.now = t
+        result.num_iterations += 1
+        result.batched_requests_sum += n
+        busy = t - now
+        result.busy_seconds += busy
+        result.batched_requests_seconds += busy * n
+        return t
+
     # -- the calendar ------------------------------------------------------------------
     def _join(self, group: SequenceGroup) -> None:
         """Put a running group (its sequences up to date, all with the same tokens, its tables the manager's)
@@ -419,7 +444,7 @@ class CalendarServingLoop(FastServingLoop):
         on write, the decode). The groups swapped in gain their token, finish or join the calendar. One
         iteration, as the fast-forward takes one (a swap is not a run's). Not with
         ``record_sharing`` or a prefix cache (:attr:`_swaps_in`)."""
-        scheduler, executor, result = self.scheduler, self.executor, self.result
+        scheduler = self.scheduler
         manager = scheduler.kv_manager
         g, bs = self._g, self._block_size
         first = 0
@@ -444,28 +469,11 @@ class CalendarServingLoop(FastServingLoop):
                 if seq.status is running:
                     num_seqs += 1
                     context += seq.num_tokens
-        cost = executor.iteration_time
-        t = 0.0  # swaps and copies before the decode, added as the time model adds them
-        if outputs.blocks_to_swap_in:
-            t += cost.swap_time(len(outputs.blocks_to_swap_in))
-        copies += len(outputs.blocks_to_copy)
-        if copies:
-            seconds = cost.block_copy_time(copies)
-            t += seconds
-            executor.cow_blocks += copies
-            executor.cow_seconds += seconds
-        t = now + (t + self._decode_time_of(num_seqs)(context))
         self._refused = False  # the batch changed (a refused head still does not fit: asked again all the same)
         self._blocks += first
         self._g = g + 1
-        self._check_clock(now, t)
-        executor.now = t
-        n = len(scheduler.running)
-        result.num_iterations += 1
-        result.batched_requests_sum += n
-        busy = t - now
-        result.busy_seconds += busy
-        result.batched_requests_seconds += busy * n
+        t = self._one_iteration(now, len(outputs.blocks_to_swap_in), copies + len(outputs.blocks_to_copy), num_seqs,
+                                context, len(scheduler.running))
         done, joining = [], []
         for group in back:
             if group.first_token_time is None:
@@ -628,24 +636,9 @@ class CalendarServingLoop(FastServingLoop):
             result.sharing.add(manager.blocks_in_use(), self._blocks + grown)
         self._blocks += grown
         num_seqs, context = n + self._samples, self._context
-        cost = executor.iteration_time
-        t = 0.0  # swaps and copies before the decode, added as the cost model adds them
-        if outputs.blocks_to_swap_out:  # a group of several sequences is swapped out in either mode
-            t += cost.swap_time(len(outputs.blocks_to_swap_out))
-        if copies:
-            seconds = cost.block_copy_time(copies)
-            t += seconds
-            executor.cow_blocks += copies
-            executor.cow_seconds += seconds
-        t = now + (t + self._decode_time_of(num_seqs)(context))
         self._g = g + 1
-        self._check_clock(now, t)
-        executor.now = t
-        result.num_iterations += 1
-        result.batched_requests_sum += n
-        busy = t - now
-        result.busy_seconds += busy
-        result.batched_requests_seconds += busy * n
+        # a group of several sequences is swapped out in either preemption mode
+        self._one_iteration(now, len(outputs.blocks_to_swap_out), copies, num_seqs, context, n)
         return self._finish(g + 1, context + num_seqs)
 
     def _finish(self, g: int, context: int, done: list[SequenceGroup] = ()) -> list[SequenceGroup]:
