@@ -39,13 +39,13 @@ class BlockTable:
     __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens")
 
     def __init__(self, allocator: BlockAllocator, blocks=(), num_tokens: int = 0, *, validate: bool = True) -> None:
+        blocks = list(blocks)  # the table's own list
         if validate:
             if not isinstance(allocator, BlockAllocator):
                 raise TypeError(f"BlockTable needs a BlockAllocator, got {type(allocator).__name__}")
             num_tokens = as_int(num_tokens, "a token count")
             if num_tokens < 0:
                 raise ValueError(f"a block table holds a token count ≥ 0, got {num_tokens}")
-            blocks = list(blocks)
             for block_id in blocks:
                 if allocator.ref_count(block_id) == 0:
                     raise ValueError(f"physical block {block_id} is free: the caller must hold a reference to it")
@@ -58,7 +58,7 @@ class BlockTable:
                                  f"got {len(blocks)}")
         self._allocator = allocator
         self._block_size = allocator.block_size  # read on every append: kept, as the allocator's never changes
-        self._blocks: list[int] = list(blocks)
+        self._blocks: list[int] = blocks
         self._num_tokens = num_tokens
 
     # -- read-only views --------------------------------------------------------------

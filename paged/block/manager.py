@@ -117,19 +117,15 @@ class PagedKVCacheManager:
         final_blocks = _cdiv(seq_group.prompt_len + seq_group.output_len - 1, self.block_size)
         return shared + seq_group.peak_num_seqs * (final_blocks - shared)
 
-    def _check_unplaced(self, seq_group: SequenceGroup) -> None:
-        """Refuse to allocate for a waiting sequence that holds a table: the old table's blocks would leak."""
+    def _held_error(self, seq_group: SequenceGroup) -> ValueError:
+        """The error of allocating for waiting sequences that hold a table (the old table's blocks would leak)."""
         held = [seq.seq_id for seq in seq_group.get_seqs(SequenceStatus.WAITING) if seq.seq_id in self.block_tables]
-        if held:
-            raise ValueError(f"sequence(s) {held} of request {seq_group.request_id} already hold blocks: "
-                             f"free them (or preempt the group) before allocating again")
+        return ValueError(f"sequence(s) {held} of request {seq_group.request_id} already hold blocks: "
+                          f"free them (or preempt the group) before allocating again")
 
-    def _table(self, seq: Sequence) -> BlockTable:
-        """The sequence's block table; a KeyError naming it when it holds none."""
-        try:
-            return self.block_tables[seq.seq_id]
-        except KeyError:
-            raise KeyError(f"sequence {seq.seq_id} holds no blocks: allocate its group first") from None
+    @staticmethod
+    def _no_table_error(seq: Sequence) -> KeyError:
+        return KeyError(f"sequence {seq.seq_id} holds no blocks: allocate its group first")
 
     def never_reason(self, seq_group: SequenceGroup) -> str:
         """Why :meth:`can_allocate` says NEVER for ``seq_group``: the numbers that do not fit."""
@@ -167,7 +163,10 @@ class PagedKVCacheManager:
             OutOfBlocksError: if called without a successful :meth:`can_allocate`.
             ValueError: if one of the group's waiting sequences already holds blocks (its blocks would leak).
         """
-        self._check_unplaced(seq_group)
+        tables = self.block_tables
+        for seq in seq_group.seqs:
+            if seq.seq_id in tables and seq.status is SequenceStatus.WAITING:
+                raise self._held_error(seq_group)
         allocator = self.gpu_allocator
         plan = self._plan(seq_group)
         if plan.needed > allocator.num_free_blocks:
@@ -239,7 +238,10 @@ class PagedKVCacheManager:
             OutOfBlocksError: if called without a successful :meth:`can_append_slots`.
             KeyError: if the sequence holds no blocks.
         """
-        table = self._table(seq)
+        try:
+            table = self.block_tables[seq.seq_id]
+        except KeyError:
+            raise self._no_table_error(seq) from None
         copies = table.append_tokens(seq.num_tokens - table.num_tokens)
         if self._chains is not None:
             self._chains.register_full_blocks(seq, table)
@@ -254,7 +256,11 @@ class PagedKVCacheManager:
         """
         if child.seq_id in self.block_tables:
             raise ValueError(f"sequence {child.seq_id} already holds blocks: free it before forking into it")
-        self.block_tables[child.seq_id] = self._table(parent).fork()
+        try:
+            parent_table = self.block_tables[parent.seq_id]
+        except KeyError:
+            raise self._no_table_error(parent) from None
+        self.block_tables[child.seq_id] = parent_table.fork()
         if self._chains is not None:
             self._chains.fork(parent, child)
 
@@ -348,7 +354,10 @@ class PagedKVCacheManager:
         Raises:
             KeyError: if the sequence holds no blocks.
         """
-        return self._table(seq).physical_blocks
+        try:
+            return self.block_tables[seq.seq_id].physical_blocks
+        except KeyError:
+            raise self._no_table_error(seq) from None
 
     def get_num_free_gpu_blocks(self) -> int:
         """Free GPU blocks, evictable cached ones included (blocks)."""

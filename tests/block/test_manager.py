@@ -347,6 +347,11 @@ def test_misuse_is_refused_by_name_and_changes_nothing(cls):
     free = mgr.get_num_free_gpu_blocks()
     with pytest.raises(ValueError, match=r"sequence\(s\) \[0\] of request 0 already hold blocks"):
         mgr.allocate(g)  # still WAITING: a caller that forgot to mark it running
+    samples = SequenceGroup(3, 0.0, [Sequence(3, 9), Sequence(4, 9)], 4, max_num_seqs=2)
+    mgr.allocate(samples)
+    free = mgr.get_num_free_gpu_blocks()
+    with pytest.raises(ValueError, match=r"sequence\(s\) \[3, 4\] of request 3 already hold blocks"):
+        mgr.allocate(samples)
     other = Sequence(1, 9)
     mgr.fork(g.seqs[0], other)
     with pytest.raises(ValueError, match="sequence 1 already holds blocks"):
