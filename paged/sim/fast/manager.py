@@ -7,7 +7,8 @@ same order:
 
 * a decode step's appends for every running group (:meth:`FastPagedKVCacheManager.append_slots_in_order`,
   used by :meth:`FastScheduler.schedule_decodes`): a token that fits in its private last block changes a
-  count and nothing else;
+  count and nothing else, and a group of samples none of which copies a shared block is counted and grown
+  in one pass;
 * a new request's prefill without a plan when nothing can be shared but its own prompt, and otherwise
   planned once for the admission's three questions (``keeping_plans``);
 * a beam step's frees and forks (``free_and_fork``);
