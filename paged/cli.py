@@ -257,8 +257,12 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _claims(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from paged.experiments.notebook.claims import update_readme
 
+    if not Path(args.readme).is_file():
+        raise ValueError(f"no {args.readme} here: run it from the repository's root, or give --readme PATH")
     differs = update_readme(args.readme, args.figures, check=args.check)
     if args.check:
         if differs:
@@ -441,6 +445,20 @@ def main(argv: list[str] | None = None) -> int:
     sys.exit(run_command(parser, lambda args: args.func(args), argv))
 
 
+def os_error_text(err: OSError) -> str:
+    """An OSError as a user reads it: what is wrong with which path, without errno numbers or the name of
+    a temporary file (an atomic write's rename names the temporary file first and the target second)."""
+    path = err.filename2 if err.filename2 is not None else err.filename
+    if path is None:
+        return str(err)
+    what = {FileExistsError: "exists and is not a folder (a folder is needed there)",
+            IsADirectoryError: "is a folder (a file path is needed)",
+            NotADirectoryError: "has a file where a folder is needed",
+            FileNotFoundError: "does not exist",
+            PermissionError: "cannot be written or read (permission denied)"}.get(type(err))
+    return f"{os.fspath(path)!r} {what}" if what else f"{os.fspath(path)!r}: {err.strerror or err}"
+
+
 def run_command(parser: argparse.ArgumentParser, body, argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run ``body(args)``; bad input ends in one ``error:`` line and exit status 2.
 
@@ -460,7 +478,9 @@ def run_command(parser: argparse.ArgumentParser, body, argv: list[str] | None = 
     except BrokenPipeError:  # the reader went away (`... | head`): nothing left to say to it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
         return 0
-    except (ValueError, OSError, MemoryError) as err:
+    except OSError as err:
+        parser.exit(2, f"error: {' '.join(os_error_text(err).split())}\n")
+    except (ValueError, MemoryError) as err:
         parser.exit(2, f"error: {' '.join(str(err).split())}\n")  # one line, whatever the message held
     except KeyboardInterrupt:
         parser.exit(130, "interrupted\n")  # 128 + SIGINT, as a shell reports it

@@ -324,3 +324,31 @@ def test_a_malformed_manifest_entry_is_named(figure, tmp_path):
     code, out, err = run(["manifest", "--figures", str(tmp_path)])
     assert code == 1 and err == "", err
     assert "figure entry 0" in out and "malformed" in out and ("fig99" in out or "(?)" in out), out
+
+
+@pytest.mark.parametrize("target,problem", [("afile/x", "'afile/x' has a file where a folder is needed"),
+                                            ("afile", "'afile' exists and is not a folder")])
+def test_an_output_folder_under_a_file_is_named_without_errno(target, problem, tmp_path, monkeypatch):
+    """An output folder that is a file, or lies under one: the path the user gave and what is wrong with
+    it, not an errno number; nothing is created."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "sharegpt.json").write_text("[]")
+    err = assert_one_error_line(["traces", "--out-dir", target, "--path", "sharegpt.json"])
+    assert problem in err and "Errno" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "sharegpt.json"]
+
+
+def test_an_atomic_write_onto_a_folder_names_the_folder_not_its_temporary_file():
+    from paged.cli import os_error_text
+
+    err = IsADirectoryError(21, "Is a directory", "/out/.report.x93mfmkp.tmp", None, "/out/report.html")
+    assert os_error_text(err) == "'/out/report.html' is a folder (a file path is needed)"
+    assert os_error_text(FileNotFoundError(2, "No such file or directory", "README.md")) == "'README.md' does not exist"
+    assert os_error_text(OSError("disk on fire")) == "disk on fire"
+
+
+def test_claims_outside_the_repository_says_where_to_run_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = assert_one_error_line(["claims", "--check"])
+    assert "run it from the repository's root, or give --readme PATH" in err, err
