@@ -117,29 +117,46 @@ class BlockAllocator:
     def incref_all(self, blocks: list[int]) -> None:
         """Add one reference to each of a block table's ``blocks`` (a fork, §4.4): all or nothing. O(blocks).
 
-        The ids are a table's, checked when they entered it, so only each count is checked here.
-
         Raises:
-            ValueError: if a block is free; no count has changed then.
+            ValueError: if a block is free or an id is out of range; no count has changed then.
+            TypeError: if an id is not an integer; no count has changed then.
         """
         counts = self._ref_counts
-        for block_id in blocks:
-            if not counts[block_id]:
-                # Undo the blocks before it (its first occurrence: a repeat would have found it counted).
-                for done in blocks[:blocks.index(block_id)]:
-                    counts[done] -= 1
-                raise ValueError(f"cannot share physical block {block_id}: it is free")
-            counts[block_id] += 1
+        self._check_not_negative(blocks)
+        try:
+            for block_id in blocks:
+                if not counts[block_id]:
+                    # Undo the blocks before it (its first occurrence: a repeat would have found it counted).
+                    for done in blocks[:blocks.index(block_id)]:
+                        counts[done] -= 1
+                    raise ValueError(f"cannot share physical block {block_id}: it is free")
+                counts[block_id] += 1
+        except (IndexError, TypeError):  # an id past the end, or not an index: undo the ids before it
+            bad = self._first_bad_id(blocks)
+            if bad is None:
+                raise
+            for done in blocks[:bad]:
+                counts[done] -= 1
+            raise self._bad_id(blocks[bad]) from None
 
     def free_all(self, blocks: list[int]) -> None:
         """Drop one reference to each of a block table's ``blocks`` (distinct ids), tail first (:meth:`free`
         of each, in that order): all or nothing. O(blocks).
 
         Raises:
-            ValueError: if a block is already free; no count has changed then.
+            ValueError: if a block is already free or an id is out of range; no count has changed then.
+            TypeError: if an id is not an integer; no count has changed then.
         """
         counts = self._ref_counts
-        if 0 in map(counts.__getitem__, blocks):  # checked first, so a failed free changes nothing
+        self._check_not_negative(blocks)
+        try:
+            freed = 0 in map(counts.__getitem__, blocks)  # checked first, so a failed free changes nothing
+        except (IndexError, TypeError):
+            bad = self._first_bad_id(blocks)
+            if bad is None:
+                raise
+            raise self._bad_id(blocks[bad]) from None
+        if freed:
             block_id = next(b for b in blocks if counts[b] == 0)
             raise ValueError(f"double free: physical block {block_id} is already free")
         for block_id in reversed(blocks):
@@ -160,6 +177,21 @@ class BlockAllocator:
         if type(block_id) is not int or not 0 <= block_id < self._num_blocks:
             raise self._bad_id(block_id)
         return self._ref_counts[block_id]
+
+    def _check_not_negative(self, blocks: list[int]) -> None:
+        """Refuse a negative id before a whole-table operation: as a list index it would name a block from
+        the end. O(blocks), in C; other bad ids fail at their index and are named there."""
+        try:
+            if not blocks or min(blocks) >= 0:
+                return
+        except TypeError:  # ids that do not compare with each other
+            pass
+        raise self._bad_id(blocks[self._first_bad_id(blocks)])
+
+    def _first_bad_id(self, blocks: list[int]) -> int | None:
+        """Position of the first id in ``blocks`` that is not an integer in range (None if every id is)."""
+        n = self._num_blocks
+        return next((i for i, b in enumerate(blocks) if type(b) is not int or not 0 <= b < n), None)
 
     def _bad_id(self, block_id) -> Exception:
         """The error for an id that is not a block's: a float or bool would index the counts silently."""

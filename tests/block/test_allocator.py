@@ -124,3 +124,22 @@ def test_incref_all_of_a_free_block_changes_nothing():
         alloc.free_all(blocks)  # the tail is already free
     assert [alloc.ref_count(b) for b in blocks] == [1, 1, 0]  # a failed free changes nothing either
     alloc.check_invariants()
+
+
+@pytest.mark.parametrize("call,blocks,error,match", [
+    ("free_all", [-1], ValueError, r"block id -1 out of range \[0, 4\)"),
+    ("incref_all", [-2], ValueError, r"block id -2 out of range"),
+    ("free_all", [1, 77], ValueError, r"block id 77 out of range"),
+    ("incref_all", [2, 77], ValueError, r"block id 77 out of range"),
+    ("incref_all", [2, 1.0], TypeError, r"block id must be an integer, got 1.0"),
+    ("free_all", [2, "x"], TypeError, r"got 'x'"),
+])
+def test_whole_table_operations_name_a_bad_id_and_change_no_count(call, blocks, error, match):
+    """A negative id would index the counts from their end, and an id past it or not an integer fails
+    halfway through: each is named, and no count changes (all or nothing)."""
+    a = BlockAllocator(4, 16)
+    for _ in range(4):
+        a.allocate()
+    with pytest.raises(error, match=match):
+        getattr(a, call)(blocks)
+    assert [a.ref_count(b) for b in range(4)] == [1, 1, 1, 1] and a.num_free_blocks == 0
