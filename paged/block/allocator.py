@@ -132,12 +132,12 @@ class BlockAllocator:
                     raise ValueError(f"cannot share physical block {block_id}: it is free")
                 counts[block_id] += 1
         except (IndexError, TypeError):  # an id past the end, or not an index: undo the ids before it
-            bad = self._first_bad_id(blocks)
-            if bad is None:
+            stop = next((i for i, b in enumerate(blocks) if not self._indexes_a_count(b)), None)
+            if stop is None:
                 raise
-            for done in blocks[:bad]:
+            for done in blocks[:stop]:  # the loop stopped there: each id before it was counted once
                 counts[done] -= 1
-            raise self._bad_id(blocks[bad]) from None
+            raise self._bad_id(blocks[stop]) from None
 
     def free_all(self, blocks: list[int]) -> None:
         """Drop one reference to each of a block table's ``blocks`` (distinct ids), tail first (:meth:`free`
@@ -187,6 +187,14 @@ class BlockAllocator:
         except TypeError:  # ids that do not compare with each other
             pass
         raise self._bad_id(blocks[self._first_bad_id(blocks)])
+
+    def _indexes_a_count(self, block_id) -> bool:
+        """True if ``block_id`` indexes the counts (an id in range, or any value Python takes as an index)."""
+        try:
+            self._ref_counts[block_id]
+        except (IndexError, TypeError):
+            return False
+        return True
 
     def _first_bad_id(self, blocks: list[int]) -> int | None:
         """Position of the first id in ``blocks`` that is not an integer in range (None if every id is)."""

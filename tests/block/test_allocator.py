@@ -143,3 +143,16 @@ def test_whole_table_operations_name_a_bad_id_and_change_no_count(call, blocks, 
     with pytest.raises(error, match=match):
         getattr(a, call)(blocks)
     assert [a.ref_count(b) for b in range(4)] == [1, 1, 1, 1] and a.num_free_blocks == 0
+
+
+def test_incref_all_undoes_up_to_where_it_stopped():
+    """An id Python indexes with (a bool, a numpy integer) before the id that fails: the undo covers every
+    id the loop counted, not only those before the first id of a foreign type."""
+    np = pytest.importorskip("numpy")
+    a = BlockAllocator(4, 16)
+    for _ in range(4):
+        a.allocate()
+    for blocks in ([True, 0, 99], [np.int64(0), 2, 99]):
+        with pytest.raises((ValueError, TypeError)):
+            a.incref_all(blocks)
+        assert [a.ref_count(b) for b in range(4)] == [1, 1, 1, 1], blocks
