@@ -207,7 +207,29 @@ class BlockAllocator:
             return TypeError(f"block id must be an integer, got {block_id!r}")
         return ValueError(f"block id {block_id} out of range [0, {self._num_blocks})")
 
+    def recount(self, counts: list[int]) -> None:
+        """Set each block's reference count from ``counts`` (one per block: the table entries that point
+        at it) and make the free pool hold exactly the blocks at 0, those already free keeping their
+        order. This repairs the bookkeeping after an interrupt (Ctrl-C) cut a free, fork or growth
+        short, whatever line it stopped on. O(blocks).
+
+        Raises:
+            ValueError: if ``counts`` does not give one count ≥ 0 per block.
+        """
+        if len(counts) != self._num_blocks or min(counts, default=0) < 0:
+            raise ValueError(f"recount needs one count >= 0 for each of the {self._num_blocks} blocks")
+        self._ref_counts[:] = counts
+        self._rebuild_free_pool()
+
     # -- the free pool (a prefix-caching allocator keeps freed cached blocks apart, prefix_caching.py) --
+    def _rebuild_free_pool(self) -> None:
+        """The free stack from the counts: the blocks already on it in their order (once each), the
+        other blocks at 0 beneath them. O(blocks)."""
+        counts = self._ref_counts
+        kept = [b for b in dict.fromkeys(self._free) if 0 <= b < self._num_blocks and counts[b] == 0]
+        known = set(kept)
+        self._free[:] = [b for b in range(self._num_blocks - 1, -1, -1) if counts[b] == 0 and b not in known] + kept
+
     def _take_free_block(self) -> int:
         """Pop the top of the free stack (the most recently freed block). O(1)."""
         try:

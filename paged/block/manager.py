@@ -401,9 +401,27 @@ class PagedKVCacheManager:
             self.gpu_allocator.commit()
 
     def rollback_uncomputed(self) -> int:
-        """The iteration scheduled last did not complete: forget the prefix-cache entries of the blocks
-        whose KV it was to write, so no later request hits them; returns how many. O(entries)."""
+        """The iteration scheduled last did not complete: set every block's count from the tables held
+        (an interrupt may have cut a free, fork or growth short) and forget the prefix-cache entries of
+        the blocks whose KV it was to write, so no later request hits them; returns how many entries
+        were forgotten. O(blocks)."""
+        for allocator, counts in self._table_counts().items():
+            allocator.recount(counts)  # an interrupted free, fork or growth leaves its counts half-changed
         return self.gpu_allocator.rollback() if self._chains is not None else 0
+
+    def _table_counts(self) -> dict[BlockAllocator, list[int]]:
+        """Per allocator, each block's table entries pointing at it plus its reserved-prefix pins. O(blocks)."""
+        allocators = [self.gpu_allocator] + ([self.cpu_allocator] if self.cpu_allocator is not None else [])
+        counts = {allocator: [0] * allocator.num_blocks for allocator in allocators}
+        for seq_id, table in self.block_tables.items():
+            assert table.allocator in counts, f"sequence {seq_id}'s table uses an unknown allocator"
+            held = counts[table.allocator]
+            for block in table.physical_blocks:
+                held[block] += 1
+        for blocks in self._reserved.values():
+            for block in blocks:
+                counts[self.gpu_allocator][block] += 1
+        return counts
 
     def reset_prefix_cache(self) -> bool:
         """Drop every cached block (vLLM's ``reset_prefix_cache``): True if the cache is now empty (also
@@ -417,18 +435,10 @@ class PagedKVCacheManager:
         """Raise AssertionError unless every block's reference count equals the table entries pointing at
         it (plus one per reserved-prefix pin), each table covers its tokens with the fewest blocks, and
         each allocator's own invariants hold. O(blocks)."""
-        allocators = [self.gpu_allocator] + ([self.cpu_allocator] if self.cpu_allocator is not None else [])
-        expected = {id(a): [0] * a.num_blocks for a in allocators}
-        for seq_id, table in self.block_tables.items():
-            assert id(table.allocator) in expected, f"sequence {seq_id}'s table uses an unknown allocator"
+        for table in self.block_tables.values():
             table.check_invariants()
-            for block in table.physical_blocks:
-                expected[id(table.allocator)][block] += 1
-        for blocks in self._reserved.values():
-            for block in blocks:
-                expected[id(self.gpu_allocator)][block] += 1
-        for allocator in allocators:
+        for allocator, expected in self._table_counts().items():
             allocator.check_invariants()
             have = [allocator.ref_count(b) for b in range(allocator.num_blocks)]
-            bad = [(b, h, w) for b, (h, w) in enumerate(zip(have, expected[id(allocator)])) if h != w]
+            bad = [(b, h, w) for b, (h, w) in enumerate(zip(have, expected)) if h != w]
             assert not bad, f"(block, reference count, table entries) differ: {bad[:5]}"

@@ -24,6 +24,8 @@ the content:
 
 from __future__ import annotations
 
+import itertools
+
 from collections.abc import Callable, Hashable
 
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
@@ -108,6 +110,32 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         else:
             self._queue.push_back(block_id)
 
+    def recount(self, counts: list[int]) -> None:
+        """:meth:`BlockAllocator.recount`, and the hash buckets rebuilt from each block's hash (an
+        interrupted register or eviction may have changed one and not the other). O(blocks)."""
+        cached: dict[int, list[int]] = {}
+        for block_id, block_hash in enumerate(self._hash):
+            if block_hash is None:
+                self._key[block_id], self._cid[block_id] = None, NO_PARENT
+            else:
+                cached.setdefault(block_hash, []).append(block_id)
+        self._cached = cached
+        super().recount(counts)
+
+    def _rebuild_free_pool(self) -> None:
+        """The stack from the free uncached blocks and the evictable queue from the free cached ones, each
+        keeping the order its blocks had (the queue read at most ``num_blocks`` links, in case an
+        interrupted push left one dangling). O(blocks)."""
+        counts, hashes, n = self._ref_counts, self._hash, self._num_blocks
+        queued = list(itertools.islice(self._queue, n))
+        self._free[:] = [b for b in self._free if 0 <= b < n and hashes[b] is None]
+        super()._rebuild_free_pool()  # the stack, from the uncached blocks alone
+        self._free[:] = [b for b in self._free if hashes[b] is None]
+        self._queue = FreeBlockQueue(n)
+        for block_id in dict.fromkeys([*queued, *range(n)]):
+            if 0 <= block_id < n and counts[block_id] == 0 and hashes[block_id] is not None:
+                self._queue.push_back(block_id)
+
     def reuse(self, block_id: int) -> None:
         """Take one reference to the cached block ``block_id`` (a hit): out of the evictable queue if it
         was free. O(1). The caller found it with :meth:`lookup`."""
@@ -161,11 +189,11 @@ class PrefixCachingBlockAllocator(BlockAllocator):
             return hit[1]
         cid = self._next_cid
         self._next_cid += 1
+        self._pending.append((block_id, cid))  # first: an interrupt below still finds the entry to undo
         self._hash[block_id] = block_hash
         self._key[block_id] = (parent_cid, token_ids, extra_keys)
         self._cid[block_id] = cid
         self._cached.setdefault(block_hash, []).append(block_id)
-        self._pending.append((block_id, cid))
         return cid
 
     def commit(self) -> None:
@@ -181,7 +209,8 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         pending, self._pending = self._pending, []
         dropped = 0
         for block_id, cid in reversed(pending):
-            if self._hash[block_id] is not None and self._cid[block_id] == cid:
+            # NO_PARENT: an interrupted register set the hash but not yet the content id.
+            if self._hash[block_id] is not None and self._cid[block_id] in (cid, NO_PARENT):
                 self._uncache(block_id)
                 dropped += 1
         return dropped

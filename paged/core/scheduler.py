@@ -217,8 +217,10 @@ class Scheduler:
 
     def abort_all(self) -> list[SequenceGroup]:
         """Abort every request the scheduler holds (:meth:`abort_seq_group`), e.g. after an
-        interrupted iteration; returns them. O(sequences)."""
-        groups = [*self.running, *self.swapped, *self.waiting]
+        interrupted iteration; returns them in arrival order. O(sequences)."""
+        # From the id table, not the queues: an interrupt can fall between a group leaving one queue and
+        # joining another.
+        groups = [group for group, _ in list(self._groups.values())]
         self.running, self.swapped, self.waiting = [], deque(), deque()
         for group in groups:
             self._abort(group)
@@ -276,8 +278,8 @@ class Scheduler:
             group_seqs = max(group.peak_num_seqs, len(waiting_seqs))
             if num_seqs + group_seqs > self.max_num_seqs:
                 break
-            self.waiting.popleft()
             starts = manager.allocate(group)
+            self.waiting.popleft()  # only once placed: a refused allocate leaves the request queued
             if group.num_preemptions == 0:
                 group.num_cached_tokens = starts[0]
             for seq, start in zip(waiting_seqs, starts):
@@ -363,10 +365,20 @@ class Scheduler:
 
     # -- after an iteration -----------------------------------------------------------
     def fork_seq(self, group: SequenceGroup, parent: Sequence, child: Sequence) -> None:
-        """Add ``child`` to the group, sharing ``parent``'s KV blocks (§4.4)."""
+        """Add ``child`` to the group, sharing ``parent``'s KV blocks (§4.4). O(parent's blocks).
+
+        Raises:
+            ValueError: if ``child``'s id is held by a sequence of a request this scheduler holds.
+        """
+        if child.seq_id in self._seq_ids:
+            raise ValueError(f"cannot fork into sequence id {child.seq_id!r}: a request this scheduler holds uses it")
         self.kv_manager.fork(parent, child)
         child.status = SequenceStatus.RUNNING
         group.seqs.append(child)
+        self._seq_ids.add(child.seq_id)
+        entry = self._groups.get(group.request_id)
+        if entry is not None and entry[0] is group:
+            entry[1].append(child.seq_id)  # released with the group's other ids when it leaves
 
     def finish_seq(self, seq: Sequence) -> None:
         """Mark a sequence finished and release its KV space."""

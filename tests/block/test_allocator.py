@@ -156,3 +156,18 @@ def test_incref_all_undoes_up_to_where_it_stopped():
         with pytest.raises((ValueError, TypeError)):
             a.incref_all(blocks)
         assert [a.ref_count(b) for b in range(4)] == [1, 1, 1, 1], blocks
+
+
+def test_recount_repairs_a_free_cut_short():
+    allocator = BlockAllocator(6, 4)
+    blocks = [allocator.allocate() for _ in range(4)]
+    allocator.incref(blocks[0])
+    allocator.free(blocks[3])  # as if an interrupted free_all had dropped the tail and stopped
+    allocator.recount([2, 1, 1, 1, 0, 0])  # what the tables still hold
+    allocator.check_invariants()
+    assert [allocator.ref_count(b) for b in range(6)] == [2, 1, 1, 1, 0, 0]
+    assert allocator.num_free_blocks == 2
+    with pytest.raises(ValueError, match="one count >= 0"):
+        allocator.recount([1, 1])
+    with pytest.raises(ValueError, match="one count >= 0"):
+        allocator.recount([0, 0, 0, 0, 0, -1])

@@ -254,3 +254,41 @@ def test_abort_frees_waiting_running_and_swapped_groups(mode):
         step(sched, sched.schedule())
     assert manager.get_num_free_gpu_blocks() == 6 and manager.cpu_allocator.num_free_blocks == 16
     manager.check_invariants()
+
+
+def test_fork_into_an_id_a_queued_request_uses_is_refused_and_nothing_is_lost():
+    manager = PagedKVCacheManager(16, 4, watermark=0.0)
+    sched = Scheduler(manager)
+    first, queued = group(0, 8, 4), group(1, 8, 4)
+    sched.add_seq_group(first)
+    sched.schedule()  # request 0 runs
+    sched.add_seq_group(queued)  # request 1 waits, holding sequence id 10
+    with pytest.raises(ValueError, match="sequence id 10"):
+        sched.fork_seq(first, first.seqs[0], Sequence(10, 8))
+    assert len(first.seqs) == 1 and [g.request_id for g in sched.waiting] == [1]
+    sched.fork_seq(first, first.seqs[0], Sequence(5, 8))
+    with pytest.raises(ValueError, match="sequence id 5 is already in use"):
+        sched.add_seq_group(SequenceGroup(2, 2.0, [Sequence(5, 8)], 4))  # the child's id is held too
+    finished = []
+    while sched.has_unfinished_seqs():
+        finished += step(sched, sched.schedule())
+    assert sorted(g.request_id for g in finished) == [0, 1]
+    sched.add_seq_group(SequenceGroup(2, 2.0, [Sequence(5, 8)], 4))  # released with its group
+    manager.check_invariants()
+
+
+def test_a_refused_allocate_leaves_the_request_at_the_head_of_the_queue(monkeypatch):
+    manager = PagedKVCacheManager(16, 4, watermark=0.0)
+    sched = Scheduler(manager)
+    sched.add_seq_group(group(0, 8, 4))
+
+    def refuse(seq_group):
+        raise KeyboardInterrupt  # e.g. Ctrl-C inside the manager's allocate
+
+    monkeypatch.setattr(manager, "allocate", refuse)
+    with pytest.raises(KeyboardInterrupt):
+        sched.schedule()
+    assert [g.request_id for g in sched.waiting] == [0] and not sched.running
+    monkeypatch.undo()
+    out = sched.schedule()
+    assert [g.request_id for g in out.scheduled_seq_groups] == [0]
