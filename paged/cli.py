@@ -70,15 +70,23 @@ def seed_int(text: str) -> int:
     return value
 
 
+#: The most requests one command samples: ten times the paper's longest run (1 h of arrivals at 30 req/s
+#: is 108,000), and about 1 GiB of host memory for the requests' bookkeeping.
+MAX_REQUESTS = 1_000_000
+
+
 def count_or_all(text: str) -> int | None:
-    """argparse type: an integer ≥ 1, or ``all`` (None: every request of the trace)."""
+    """argparse type: an integer in [1, :data:`MAX_REQUESTS`], or ``all`` (None: every request of the trace)."""
     if text.strip().lower() == "all":
         return None
     try:
         int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer ≥ 1 or 'all', got {text!r}") from None
-    return positive_int(text)
+    value = positive_int(text)
+    if value > MAX_REQUESTS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_REQUESTS:,} requests, got {value:,}")
+    return value
 
 
 def positive_float(text: str) -> float:
@@ -87,6 +95,13 @@ def positive_float(text: str) -> float:
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value}")
     return value
+
+
+class _Default(int):
+    """An int default that tells "not given" apart from the same number given."""
+
+
+_DEFAULT_NUM_REQUESTS = _Default(1000)
 
 
 def _json(result: dict) -> str:
@@ -184,6 +199,11 @@ def _simulate(args: argparse.Namespace) -> int:
         if model.endswith(LONG_MARK):  # vLLM logs the same warning when VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 allows it
             warnings.warn(f"--max-seq-len {spec.max_seq_len} is beyond the model's {spec.model_max_len} positions; "
                           f"the run records it in its model name {model!r}")
+    if args.paper_length and args.num_requests is not _DEFAULT_NUM_REQUESTS:
+        raise ValueError("--paper-length sets the number of requests itself: give it or --num-requests, not both")
+    if args.preemption == "swap" and args.system != "paged":
+        raise ValueError(f"--preemption swap: {args.system!r} reserves each request's space up front and never "
+                         "preempts (only paged does)")
     if args.paper_length:
         num_requests = None  # simulate_point's paper-length run
     elif args.num_requests is None:  # "all": every request of the trace, sampled in its order
@@ -251,7 +271,13 @@ def _manifest(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from paged.experiments.notebook.report import build_report
 
-    path = build_report(_executed(args.notebooks), args.out, figures=args.figures)
+    from pathlib import Path
+
+    notebooks = _executed(args.notebooks)
+    if not Path(args.figures).is_dir():
+        print(f"warning: --figures {args.figures}: no such folder; the report's claims table and the figures' "
+              "provenance will be empty", file=sys.stderr)
+    path = build_report(notebooks, args.out, figures=args.figures)
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB, self-contained)")
     return 0
 
@@ -305,6 +331,15 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.notebook}: not a Jupyter notebook ({type(err).__name__}: {err})") from None
     for values in sets:  # a mistyped or out-of-range value fails here too, not in every run
         check_notebook_parameters(args.notebook, values)
+    if args.kernel is not None and args.backend == "loky":  # a cluster's workers may have other kernels
+        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+        try:
+            KernelSpecManager().get_kernel_spec(args.kernel)
+        except NoSuchKernel:
+            known = sorted(KernelSpecManager().find_kernel_specs())
+            raise ValueError(f"--kernel {args.kernel!r}: no such Jupyter kernel here (installed: "
+                             f"{', '.join(known) or 'none'})") from None
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(cluster(args.backend, args.address, n_workers=args.workers))
@@ -370,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"workload: {' | '.join(NAMED_TRACES)} | path to a length CSV or ShareGPT JSON")
     sim.add_argument("--system", default="paged", choices=PAPER_SYSTEMS, help="serving system")
     sim.add_argument("--rate", type=float, default=2.0, help="request rate (requests/s; inf: all at t=0)")
-    sim.add_argument("--num-requests", type=count_or_all, default=1000,
+    sim.add_argument("--num-requests", type=count_or_all, default=_DEFAULT_NUM_REQUESTS,
                      help="requests sampled, or 'all' (every request of the trace; alpaca-synthetic: 1000 generated)")
     sim.add_argument("--paper-length", action="store_true",
                      help="serve the paper's trace length instead of --num-requests (1 h of arrivals at "

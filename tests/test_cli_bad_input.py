@@ -352,3 +352,27 @@ def test_claims_outside_the_repository_says_where_to_run_it(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     err = assert_one_error_line(["claims", "--check"])
     assert "run it from the repository's root, or give --readme PATH" in err, err
+
+
+def test_a_malformed_sharegpt_file_leaves_no_folder_behind(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sharegpt.json").write_text('{"not": "a list"}')
+    err = assert_one_error_line(["traces", "--out-dir", "new/out", "--path", "sharegpt.json"])
+    assert "sharegpt.json" in err and "not a JSON list" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sharegpt.json"]
+
+
+@pytest.mark.parametrize("argv,names", [
+    (["--paper-length", "--num-requests", "1000"], "--paper-length sets the number of requests"),
+    (["--system", "orca-max", "--preemption", "swap"], "'orca-max' reserves each request's space"),
+    (["--num-requests", "100000000"], "at most 1,000,000 requests"),
+])
+def test_simulate_refuses_settings_it_would_ignore_or_could_not_hold(argv, names):
+    assert_one_error_line(["simulate", *argv], names)
+
+
+def test_sweep_notebook_names_a_kernel_that_does_not_exist_before_any_run(tmp_path):
+    err = assert_one_error_line(["sweep-notebook", str(ROOT / "notebooks" / "00_tour.ipynb"), "--grid", "{seed: [0]}",
+                                 "--out", str(tmp_path / "out"), "--kernel", "no-such-kernel"])
+    assert "--kernel 'no-such-kernel': no such Jupyter kernel" in err, err
+    assert not (tmp_path / "out").exists()

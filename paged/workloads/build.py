@@ -187,7 +187,21 @@ def build_derived_traces(out_dir: str | Path, path: str | None = None, shared_da
                                     "make data SHARED=path/to/shared/data)")
     if path is not None and not Path(path).is_file():
         raise FileNotFoundError(f"no ShareGPT file at {path}")
-    out_dir.mkdir(parents=True, exist_ok=True)  # only once every input is there: a refusal leaves no folder behind
+    created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # innermost first
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _build_all(out_dir, path, toks, inputs)
+    except BaseException:  # a malformed input or Ctrl-C: the folders this call made go, if still empty
+        for folder in created:
+            try:
+                folder.rmdir()
+            except OSError:  # holds a trace written before the failure: kept
+                break
+        raise
+
+
+def _build_all(out_dir: Path, path: str | None, toks: list[str], inputs: tuple[Path, ...] | None) -> dict[str, Trace]:
+    """The body of :func:`build_derived_traces`, once its inputs are checked and ``out_dir`` exists."""
     files: dict[str, Trace] = {}
     for tok in toks:
         files.update(_build_sharegpt(out_dir, path, tok))

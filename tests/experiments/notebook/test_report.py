@@ -113,3 +113,15 @@ def test_git_state_does_not_count_the_regenerated_claims_table(tmp_path):
     readme.write_text(f"# x\n\n{BEGIN}\n| b |\n{END}\n\nprose, edited\n")
     (tmp_path / "code.py").write_text("x = 2\n")
     assert git_state(tmp_path) | {"commit": None} == {"commit": None, "dirty": True, "changed": ["README.md", "code.py"]}
+
+
+def test_the_report_command_warns_of_a_figure_folder_that_does_not_exist(executed, tmp_path, capsys):
+    from paged.cli import main
+
+    notebooks, _ = executed
+    with pytest.raises(SystemExit) as stop:
+        main(["report", "--notebooks", str(notebooks[0].parent), "--figures", str(tmp_path / "nope"),
+              "--out", str(tmp_path / "r.html")])
+    assert stop.value.code == 0
+    err = capsys.readouterr().err
+    assert f"--figures {tmp_path / 'nope'}: no such folder" in err and (tmp_path / "r.html").is_file()
