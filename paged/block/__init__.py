@@ -1,13 +1,7 @@
-"""The paper's contribution (§4.2–§4.4): physical KV blocks, block tables, copy-on-write, the paged manager.
-
-* :mod:`~paged.block.allocator`: :class:`BlockAllocator`, the free pool and reference counts;
-* :mod:`~paged.block.free_queue` and :mod:`~paged.block.prefix_caching`:
-  :class:`PrefixCachingBlockAllocator`, freed full blocks kept findable by their chained hash (APC);
-* :mod:`~paged.block.block_table`: :class:`BlockTable`, one sequence's logical→physical map, fork;
-* :mod:`~paged.block.copy_on_write`: when a write into a shared block needs a private copy;
-* :mod:`~paged.block.manager`: :class:`PagedKVCacheManager`, a block table per sequence behind the
-  scheduler's :class:`paged.core.KVCacheManager` interface, with swapping (§4.5), shared prefixes and
-  prefix caching; :mod:`~paged.block.accounting`: where its slots are (Fig. 2).
+"""The paper's block manager (§4.2–§4.5): :mod:`~paged.block.allocator` (free pool, reference counts),
+:mod:`~paged.block.prefix_caching` (APC, with :mod:`~paged.block.free_queue`), :mod:`~paged.block.block_table` (one
+sequence's logical→physical map), :mod:`~paged.block.copy_on_write`, and :mod:`~paged.block.manager`, the
+scheduler's :class:`paged.core.KVCacheManager` (swapping, shared prefixes; slots in :mod:`~paged.block.accounting`).
 """
 
 from paged.block.allocator import BlockAllocator, OutOfBlocksError

@@ -1,8 +1,5 @@
-"""Where the paged cache's slots are (paper §3, Fig. 2).
-
-:func:`memory_usage` splits the GPU cache's slots into token states, reservation, internal and external
-fragmentation, counting each physical block once however many sequences share it (§4.4). It reads the
-manager's block tables and changes nothing.
+"""Where the paged cache's slots are (paper §3, Fig. 2): token states, reservation, internal and external
+fragmentation, each physical block counted once however many sequences share it (§4.4). Read-only.
 """
 
 from __future__ import annotations
@@ -12,8 +9,7 @@ from typing import Any
 from paged.core.kv_cache_manager import MemoryUsage, split_reserved
 from paged.core.sequence import SequenceGroup, SequenceStatus
 
-#: The functions read a :class:`paged.block.manager.PagedKVCacheManager` (its ``block_tables``,
-#: ``block_size``, ``num_total_slots``, ``shares_across_groups``); typed loosely to avoid an import cycle.
+#: A :class:`paged.block.manager.PagedKVCacheManager`, typed loosely to avoid an import cycle.
 PagedKVCacheManager = Any
 
 __all__ = ["memory_usage"]
@@ -25,14 +21,9 @@ def _running(manager: PagedKVCacheManager, group: SequenceGroup):
 
 
 def memory_usage(manager: PagedKVCacheManager, seq_groups: list[SequenceGroup]) -> MemoryUsage:
-    """Token states / reservation / internal / external slots of the GPU cache (§3, Fig. 2).
-
-    Per sequence: it holds ``num_blocks × block_size`` slots, ``num_tokens`` of them hold tokens; of
-    the rest, those it will fill before reaching ``prompt_len + output_len`` tokens are reservation,
-    the others internal fragmentation. A block shared by several sequences (of one group, or across
-    groups: a shared prefix, a prefix-cache hit) is counted once. Everything else is external &
-    other. O(blocks held) (O(groups) when no block is shared).
-    """
+    """Token states / reservation / internal / external slots of the GPU cache (§3, Fig. 2). O(blocks held).
+    Of a sequence's ``num_blocks × block_size`` slots, ``num_tokens`` hold tokens, those filled before
+    ``prompt_len + output_len`` tokens are reservation, the others internal; other slots are external & other."""
     block_size = manager.block_size
     tables = manager.block_tables
     used = reserved = internal = 0

@@ -1,12 +1,9 @@
 """One sequence's block table: logical blocks → physical blocks (paper §4.2–§4.4).
 
-Logical block ``i`` of a sequence holds its tokens ``i*block_size .. (i+1)*block_size-1``, and
-``physical_blocks[i]`` says where in the KV cache they live. A block is allocated only when a token
-crosses a block boundary, so a sequence wastes at most the unfilled tail of its last block (§4.3).
-``fork`` shares every block with a child (§4.4). Only the last block is ever written; when it is shared
-and partly filled, the next append first gives this table a private copy (copy-on-write, decided by
-:meth:`BlockTable.needs_copy_on_write`, taken by :func:`paged.block.copy_on_write.copy_on_write`) and
-returns the ``(src, dst)`` pair, so the caller copies the KV data in one batched step (§5.1).
+Logical block ``i`` holds tokens ``i*block_size .. (i+1)*block_size-1`` in physical block ``physical_blocks[i]``.
+A block is allocated only when a token crosses a block boundary, so a sequence wastes at most its last block's
+tail (§4.3). ``fork`` shares every block (§4.4). Only the last block is written; a shared one is first copied
+(copy-on-write), the ``(src, dst)`` pair returned for the caller to copy in one batched step (§5.1).
 """
 
 from __future__ import annotations
@@ -19,22 +16,10 @@ __all__ = ["BlockTable"]
 
 
 class BlockTable:
-    """Logical→physical block map and token count of one sequence.
-
-    Args:
-        allocator: the :class:`BlockAllocator` whose blocks this table holds.
-        blocks: physical blocks in logical order, one reference to each of which the caller holds and
-            hands over to the table (its :meth:`free` drops them): a swapped sequence's new blocks
-            (§4.5), a planned prefill's; empty (the default) for a new sequence. Copied.
-        num_tokens: tokens those blocks hold (tokens); they must need exactly ``len(blocks)`` blocks.
-        validate: False skips the checks below, for blocks known to be held once each (a fork's copy, a
-            swap's new blocks).
-
-    Raises:
-        TypeError: if ``allocator`` is not a :class:`BlockAllocator`, or a count or id is not an integer.
-        ValueError: if ``num_tokens`` does not need exactly ``len(blocks)`` blocks, or a block is free, out
-            of range or listed twice. O(blocks).
-    """
+    """Logical→physical block map of one sequence: ``allocator``'s ``blocks`` in logical order (copied; the caller
+    hands over one reference to each), holding ``num_tokens`` tokens, which must need exactly that many blocks.
+    ``validate=False`` skips the checks, for blocks held once each. O(blocks). Raises TypeError on a non-allocator
+    or a count or id not an integer; ValueError if the tokens do not fit or a block is free, bad or repeated."""
 
     __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens")
 
@@ -57,14 +42,13 @@ class BlockTable:
                 raise ValueError(f"{num_tokens} tokens need {needed} blocks of {allocator.block_size}, "
                                  f"got {len(blocks)}")
         self._allocator = allocator
-        self._block_size = allocator.block_size  # read on every append: kept, as the allocator's never changes
+        self._block_size = allocator.block_size  # read on every append; the allocator's never changes
         self._blocks: list[int] = blocks
         self._num_tokens = num_tokens
 
-    # -- read-only views --------------------------------------------------------------
     @property
     def allocator(self) -> BlockAllocator:
-        """The allocator this table's blocks come from."""
+        """The allocator the blocks come from."""
         return self._allocator
 
     @property
@@ -88,22 +72,13 @@ class BlockTable:
         return self._blocks[-1] if self._blocks else None
 
     def needs_copy_on_write(self) -> bool:
-        """True if the next token lands in a shared, partly filled last block (§4.4): the one place a copy
-        is decided. O(1).
-
-        The next token goes into the last block only while that block is partly filled (a full block is
-        never written again: the next token starts a fresh one); writing there needs a private copy when
-        another logical block also points at it (reference count above 1).
-        """
+        """True if the next token lands in a shared (count > 1), partly filled last block, which needs a private copy
+        (§4.4); a full block is never written again. The one place a copy is decided. O(1)."""
         return self._num_tokens % self._block_size != 0 and self._allocator.ref_count(self._blocks[-1]) > 1
 
     def num_new_blocks(self, num_tokens: int) -> int:
-        """Free blocks that :meth:`append_tokens` of ``num_tokens`` takes (blocks): those past the last
-        one, plus one for the copy-on-write of a shared, partly filled last block. O(1).
-
-        Raises:
-            ValueError: if ``num_tokens`` is negative.
-        """
+        """Free blocks :meth:`append_tokens` of ``num_tokens`` takes (blocks): new ones past the end, plus one for a
+        copy-on-write. O(1). Raises ValueError if ``num_tokens`` is negative."""
         if num_tokens < 0:
             raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
         if num_tokens == 0:
@@ -111,28 +86,13 @@ class BlockTable:
         return -(-(self._num_tokens + num_tokens) // self._block_size) - len(self._blocks) + self.needs_copy_on_write()
 
     def blocks_past_end(self, num_tokens: int) -> int:
-        """Blocks past the last one that room for ``num_tokens`` tokens in all would add (blocks, ≥ 0).
-        O(1)."""
+        """Blocks past the end that room for ``num_tokens`` tokens in all would add (blocks, ≥ 0). O(1)."""
         return max(0, -(-num_tokens // self._block_size) - len(self._blocks))
 
-    # -- mutation ---------------------------------------------------------------------
     def append_tokens(self, num_tokens: int) -> list[tuple[int, int]]:
-        """Make room for ``num_tokens`` more tokens (§4.3), copying a shared last block first (§4.4).
-
-        A new block is allocated only when a block boundary is crossed. If the first new token lands in
-        a last block other tables share, a fresh block replaces it in this table, the shared block loses
-        this table's reference, and ``(src, dst)`` is returned: the caller copies that block's KV data
-        (``PagedKVCache.copy_blocks``). All or nothing: if the free blocks do not cover the append,
-        nothing changes. O(1) plus the new blocks.
-
-        Returns:
-            ``[]`` or ``[(src_block, dst_block)]``: the copy-on-write copy to perform.
-
-        Raises:
-            ValueError: if ``num_tokens`` is negative.
-            TypeError: if ``num_tokens`` is not an integer (a float would corrupt the table).
-            OutOfBlocksError: if fewer blocks are free than the append takes.
-        """
+        """Make room for ``num_tokens`` more tokens (§4.3), all or nothing. O(1 + new blocks). If the first new token
+        lands in a shared last block, a fresh block replaces it (§4.4) and ``[(src, dst)]`` is returned to copy, else
+        ``[]``. Raises OutOfBlocksError if too few blocks are free, ValueError / TypeError on a bad count."""
         if type(num_tokens) is not int:
             num_tokens = as_int(num_tokens, "a token count")
         if num_tokens <= 0:
@@ -157,35 +117,21 @@ class BlockTable:
         return copies
 
     def fork(self) -> BlockTable:
-        """A child table sharing every block of this one (each block gains a reference, §4.4); allocates
-        nothing. O(blocks). Used for parallel sampling and beam search."""
+        """A child table sharing every block (parallel sampling, beam search; §4.4); allocates nothing. O(blocks)."""
         self._allocator.incref_all(self._blocks)
         return type(self)(self._allocator, self._blocks, self._num_tokens, validate=False)
 
     def free(self) -> None:
-        """Drop this table's reference to each of its blocks, tail first, and empty the table. O(blocks).
-
-        Tail first, as vLLM frees: with prefix caching the end of a sequence is the least likely to be
-        shared again, so it is evicted first.
-
-        Raises:
-            ValueError: if a block is already free (the bookkeeping was corrupted elsewhere); nothing has
-                changed then.
-        """
+        """Drop a reference to each block, tail first (as vLLM: with prefix caching the tail, least likely shared,
+        is evicted first), and empty the table. O(blocks). Raises ValueError, changing nothing, on a free block."""
         self._allocator.free_all(self._blocks)
         self._blocks = []
         self._num_tokens = 0
 
-    # -- addressing -------------------------------------------------------------------
     def slot_mapping(self, start: int, end: int) -> list[int]:
-        """KV cache slot of each token position ``start .. end-1``: ``physical block × block_size +
-        offset``, the row in a cache flattened to ``[num_blocks * block_size, num_kv_heads, head_size]``.
-        O(end - start).
-
-        Raises:
-            ValueError: unless ``0 <= start <= end <= num_tokens``.
-            TypeError: if ``start`` or ``end`` is not an integer.
-        """
+        """Slot of each token ``start .. end-1``: ``block × block_size + offset``, its row in the cache flattened to
+        ``[num_blocks * block_size, num_kv_heads, head_size]``. O(end - start). Raises ValueError unless
+        ``0 <= start <= end <= num_tokens``, TypeError on a bound not an integer."""
         start, end = as_int(start, "slot_mapping's start"), as_int(end, "slot_mapping's end")
         if not 0 <= start <= end <= self._num_tokens:
             raise ValueError(f"slot_mapping({start}, {end}) outside the table's {self._num_tokens} tokens")
@@ -193,7 +139,7 @@ class BlockTable:
         return [blocks[i // block_size] * block_size + i % block_size for i in range(start, end)]
 
     def check_invariants(self) -> None:
-        """Raise AssertionError unless the table covers its tokens with the fewest blocks. O(1)."""
+        """Assert that the table covers its tokens with the fewest blocks. O(1)."""
         needed = -(-self._num_tokens // self._block_size)
         assert len(self._blocks) == needed, f"{len(self._blocks)} blocks for {self._num_tokens} tokens"
 

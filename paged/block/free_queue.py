@@ -1,14 +1,8 @@
-"""The evictable-block queue of the prefix-caching allocator: a doubly linked list over block ids (§4.4).
+"""The prefix-caching allocator's queue of evictable blocks: a doubly linked list over block ids (§4.4).
 
-With prefix caching a freed block keeps its KV (and its hash) until it is handed out again, so a later
-request with the same prefix can take it back: a *cache hit on a free block* removes that block from
-the middle of the queue. A Python list would make that removal O(free blocks); a doubly linked list
-makes every operation O(1), the design vLLM V1 chose for the same reason (``FreeKVCacheBlockQueue``).
-The links live in two flat lists indexed by block id (no node objects), with one sentinel id,
-``num_blocks``, that is both the head's predecessor and the tail's successor.
-
-Blocks are appended at the tail as they are freed, so the head is always the least recently freed
-cached block: the next one evicted (LRU).
+A cache hit on a free block removes it from the middle: O(1) with links (as vLLM V1's ``FreeKVCacheBlockQueue``).
+The links are two lists indexed by block id; id ``num_blocks`` is the sentinel before the head and after the tail.
+Freed blocks join at the tail, so the head, least recently freed, is evicted next (LRU).
 """
 
 from __future__ import annotations
@@ -17,14 +11,8 @@ __all__ = ["FreeBlockQueue"]
 
 
 class FreeBlockQueue:
-    """Doubly linked queue of block ids ``0 .. num_blocks - 1``, empty at first; every operation O(1).
-
-    Args:
-        num_blocks: blocks of the allocator (blocks, ≥ 1).
-
-    The caller guarantees that a block is pushed only when absent and removed only when present (the
-    allocator knows it from the block's reference count); these methods do not check it.
-    """
+    """Doubly linked queue of block ids ``0 .. num_blocks - 1`` (``num_blocks`` ≥ 1), empty at first; all O(1).
+    Unchecked: the caller pushes a block only when absent and removes one only when present."""
 
     __slots__ = ("_prev", "_next", "_sentinel", "_len")
 
@@ -38,11 +26,7 @@ class FreeBlockQueue:
         return self._len
 
     def popleft(self) -> int:
-        """Remove and return the head block (the least recently freed). O(1).
-
-        Raises:
-            IndexError: if the queue is empty.
-        """
+        """Remove and return the head (least recently freed) block. O(1). Raises IndexError if empty."""
         block = self._next[self._sentinel]
         if block == self._sentinel:
             raise IndexError("pop from an empty free-block queue")
@@ -50,7 +34,7 @@ class FreeBlockQueue:
         return block
 
     def remove(self, block: int) -> None:
-        """Unlink ``block`` from wherever it is in the queue (a cache hit on a free block). O(1)."""
+        """Unlink ``block`` from anywhere in the queue (a cache hit on a free block). O(1)."""
         before, after = self._prev[block], self._next[block]
         self._next[before] = after
         self._prev[after] = before

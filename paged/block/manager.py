@@ -1,24 +1,12 @@
 """The paged KV cache manager: a block table for every sequence, blocks on demand (paper §4.2–§4.5).
 
-:class:`PagedKVCacheManager` implements :class:`paged.core.KVCacheManager` with one
-:class:`~paged.block.BlockTable` per sequence over a GPU :class:`~paged.block.BlockAllocator`, and a
-second allocator for the CPU swap space. A prefill takes ``ceil(tokens / block_size)`` blocks; a decode
-takes a block only when its token crosses a block boundary; forked sequences share blocks and copy the
-shared last block on write, one copy per writer but the last (§4.4).
-
-Sharing, in every path:
-
-* the **parallel samples** of a new request share every block of its prompt (computed once);
-* a group **preempted by recomputation** is prefilled again sharing exactly the full blocks it shared
-  when preempted (its prompt, a beam tree), so a group that fitted before fits again;
-* **swapping** moves each shared block once and keeps its reference count (§4.5);
-* a **reserved prefix** (``SequenceGroup.prefix_len``, the provider's shared prefix of §4.4) has its full
-  blocks allocated once, pinned, and shared by every request that starts with it;
-* **automatic prefix caching** (``enable_prefix_caching``, :mod:`paged.block.prefix_caching`): a new
-  prompt takes the longest run of cached full blocks that leaves its last token to compute.
-
-Where each block of a prefill comes from is planned by :func:`paged.block.prefill_plan.plan_prefill`
-(which changes nothing); :meth:`PagedKVCacheManager.allocate` carries the plan out.
+:class:`PagedKVCacheManager` implements :class:`paged.core.KVCacheManager` with a :class:`~paged.block.BlockTable`
+per sequence over a GPU and a CPU (swap) :class:`~paged.block.BlockAllocator`. A prefill takes
+``ceil(tokens / block_size)`` blocks, a decode one per boundary crossed. Blocks are shared by forked sequences
+(copy-on-write, §4.4); a new request's parallel samples (its prompt); a group preempted by recomputation (what it
+shared before, so it fits again); swapping (each shared block moves once, §4.5); a reserved prefix
+(``SequenceGroup.prefix_len``, pinned); and prefix caching (:mod:`paged.block.prefix_caching`).
+:func:`paged.block.prefill_plan.plan_prefill` plans where a prefill's blocks come from.
 """
 
 from __future__ import annotations
@@ -46,25 +34,11 @@ def _cdiv(a: int, b: int) -> int:
 class PagedKVCacheManager:
     """Paged KV cache manager (vLLM's ``BlockSpaceManager``), §4.2–§4.5 (module docstring).
 
-    Args:
-        num_gpu_blocks: physical blocks of GPU KV cache (blocks).
-        block_size: token slots per block (tokens).
-        num_cpu_blocks: blocks of CPU swap space (blocks); 0 disables swapping.
-        watermark: fraction of GPU blocks kept free when admitting a new request, so running sequences can
-            grow without an immediate preemption (vLLM's default 0.01). Swapped-out groups come back
-            without it.
-        enable_prefix_caching: automatic prefix caching over the sequences' token ids (sequences without
-            ids, as in the simulator, only share reserved prefixes).
-        hash_fn: the prefix cache's block hash (:func:`paged.block.prefix_caching.hash_block_tokens`).
-
-    Attributes:
-        block_tables: ``seq_id`` → its :class:`~paged.block.BlockTable` (GPU or, swapped out, CPU).
-        gpu_allocator, cpu_allocator: the two pools (``cpu_allocator`` None without swap space).
-
-    Raises:
-        ValueError: on a non-positive GPU block count or block size, a negative CPU block count, or a
-            watermark outside [0, 1).
-        TypeError: if a block count is not an integer.
+    ``num_gpu_blocks`` of ``block_size`` token slots, ``num_cpu_blocks`` of swap space (0: none, and
+    ``cpu_allocator`` None). ``watermark``: fraction of GPU blocks kept free when admitting a request, so running
+    sequences can grow (swapped-out groups return without it). ``enable_prefix_caching`` needs token ids;
+    ``hash_fn`` hashes its blocks. ``block_tables``: ``seq_id`` → :class:`~paged.block.BlockTable`. Raises
+    ValueError on a bad block count, block size or watermark (not in [0, 1)), TypeError on a non-integer count.
     """
 
     def __init__(self, num_gpu_blocks: int, block_size: int, *, num_cpu_blocks: int = 0, watermark: float = 0.01,
@@ -110,15 +84,14 @@ class PagedKVCacheManager:
                             cache_hits=self._chains.cache_hits if self._chains else None)
 
     def _worst_case_blocks(self, seq_group: SequenceGroup) -> int:
-        """Blocks the group holds at its final length if only its full prompt blocks stay shared. The
-        last generated token is never written to the cache (nothing reads its KV), so a sequence of
-        ``prompt_len + output_len`` tokens holds at most ``prompt_len + output_len - 1`` slots."""
+        """Blocks the group holds at its final length, sharing only full prompt blocks. The last token's KV is
+        never written (nothing reads it), so a sequence holds at most ``prompt_len + output_len - 1`` slots."""
         shared = seq_group.prompt_len // self.block_size
         final_blocks = _cdiv(seq_group.prompt_len + seq_group.output_len - 1, self.block_size)
         return shared + seq_group.peak_num_seqs * (final_blocks - shared)
 
     def _held_error(self, seq_group: SequenceGroup) -> ValueError:
-        """The error of allocating for waiting sequences that hold a table (the old table's blocks would leak)."""
+        """The error for waiting sequences that already hold a table (its blocks would leak)."""
         held = [seq.seq_id for seq in seq_group.get_seqs(SequenceStatus.WAITING) if seq.seq_id in self.block_tables]
         return ValueError(f"sequence(s) {held} of request {seq_group.request_id} already hold blocks: "
                           f"free them (or preempt the group) before allocating again")
@@ -136,15 +109,13 @@ class PagedKVCacheManager:
                 f"({self.gpu_allocator.num_blocks} minus a watermark of {self.watermark_blocks})")
 
     def prefill_tokens(self, seq_group: SequenceGroup) -> int:
-        """Tokens the prefill of the group's waiting sequences computes: a shared prompt once, blocks the
-        group shared once, cached and reserved-prefix tokens not at all. O(prompt blocks)."""
+        """Tokens the waiting sequences' prefill computes (shared blocks once, cached ones not). O(prompt blocks)."""
         return self._plan(seq_group).tokens
 
     def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
-        """OK if the prefill fits above the watermark; LATER if it must wait for memory; NEVER if the
-        request could not run even alone in an empty cache: its prefill, or its sequences at their final
-        length (full prompt blocks shared; beam search: ``peak_num_seqs`` candidates), need more blocks
-        than the cache has above the watermark. O(prompt blocks)."""
+        """OK if the prefill fits above the watermark, LATER if it must wait, NEVER if the request could not run
+        alone in an empty cache (its prefill, or its ``peak_num_seqs`` sequences at final length sharing full
+        prompt blocks, exceed the blocks above the watermark). O(prompt blocks)."""
         usable = self.gpu_allocator.num_blocks - self.watermark_blocks
         plan = self._plan(seq_group)
         if plan.total > usable or self._worst_case_blocks(seq_group) > usable:
@@ -154,15 +125,10 @@ class PagedKVCacheManager:
         return AllocStatus.LATER
 
     def allocate(self, seq_group: SequenceGroup) -> list[int]:
-        """Block tables for the group's waiting sequences, as planned (module docstring): reused blocks
-        first (so no allocation evicts one), then new blocks and blocks shared with an earlier sequence
-        of the group, in plan order; new samples fork the first sequence. Returns each waiting sequence's
-        first token to compute (:meth:`paged.core.KVCacheManager.allocate`). O(blocks).
-
-        Raises:
-            OutOfBlocksError: if called without a successful :meth:`can_allocate`.
-            ValueError: if one of the group's waiting sequences already holds blocks (its blocks would leak).
-        """
+        """Block tables for the group's waiting sequences, as planned: reused blocks first (so no allocation
+        evicts one), then new and sibling-shared ones; new samples fork the first sequence. Returns each waiting
+        sequence's first token to compute. O(blocks). Raises OutOfBlocksError without a successful
+        :meth:`can_allocate`, ValueError if a waiting sequence already holds blocks."""
         tables = self.block_tables
         for seq in seq_group.seqs:
             if seq.seq_id in tables and seq.status is SequenceStatus.WAITING:
@@ -208,10 +174,7 @@ class PagedKVCacheManager:
 
     # -- decode (§4.3, §4.4) --------------------------------------------------------------
     def _append_blocks_needed(self, seqs: list[Sequence], allocator: BlockAllocator) -> int:
-        """Free blocks that room for every sequence's ``num_tokens`` takes: each table's
-        :meth:`~paged.block.BlockTable.num_new_blocks`, less one copy for each shared last block that
-        only these sequences hold (its last writer is then its sole holder and writes in place,
-        :func:`~paged.block.copy_on_write.copies_for_writers`). O(sequences)."""
+        """Free blocks to grow the sequences to ``num_tokens`` (a shared block's last writer needs no copy). O(seqs)."""
         tables = self.block_tables
         needed = 0
         for seq in seqs:
@@ -225,19 +188,14 @@ class PagedKVCacheManager:
         return needed
 
     def can_append_slots(self, seq_group: SequenceGroup) -> bool:
-        """True if every running sequence of the group can get its next slot, copy-on-write included
-        (``n - 1`` copies for ``n`` writers of one shared block). O(sequences)."""
+        """True if every running sequence can get its next slot, copy-on-write included. O(sequences)."""
         running = seq_group.get_seqs(SequenceStatus.RUNNING)
         return self._append_blocks_needed(running, self.gpu_allocator) <= self.gpu_allocator.num_free_blocks
 
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
-        """Room for ``seq.num_tokens`` tokens; the copy-on-write pairs to apply (§4.4). With prefix caching,
-        blocks that fill up are registered. O(new blocks).
-
-        Raises:
-            OutOfBlocksError: if called without a successful :meth:`can_append_slots`.
-            KeyError: if the sequence holds no blocks.
-        """
+        """Room for ``seq.num_tokens`` tokens; returns the copy-on-write pairs (§4.4), registering filled blocks with
+        prefix caching. O(new blocks). Raises OutOfBlocksError without a successful :meth:`can_append_slots`,
+        KeyError if the sequence holds no blocks."""
         try:
             table = self.block_tables[seq.seq_id]
         except KeyError:
@@ -248,12 +206,8 @@ class PagedKVCacheManager:
         return copies
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
-        """The child shares every block of the parent (§4.4); allocates nothing. O(blocks).
-
-        Raises:
-            KeyError: if the parent holds no blocks.
-            ValueError: if the child already holds blocks (they would leak).
-        """
+        """The child shares every block of the parent (§4.4); allocates nothing. O(blocks). Raises KeyError if the
+        parent holds no blocks, ValueError if the child already does (they would leak)."""
         if child.seq_id in self.block_tables:
             raise ValueError(f"sequence {child.seq_id} already holds blocks: free it before forking into it")
         try:
@@ -274,9 +228,7 @@ class PagedKVCacheManager:
             self._chains.drop(seq)
 
     def free_for_recompute(self, seq_group: SequenceGroup) -> None:
-        """Free the group's running sequences' tables, preempted by recomputation (§4.5), remembering the
-        full blocks of a group of several sequences so that :meth:`allocate` shares again exactly what
-        they shared. O(blocks)."""
+        """Free the running tables (recomputation, §4.5), noting what :meth:`allocate` must share again. O(blocks)."""
         for seq in seq_group.get_seqs(SequenceStatus.RUNNING):
             table = self.block_tables.pop(seq.seq_id)
             if len(seq_group.seqs) > 1:
@@ -295,23 +247,14 @@ class PagedKVCacheManager:
         return len(blocks) <= self.cpu_allocator.num_free_blocks
 
     def swap_out(self, seq_group: SequenceGroup) -> list[tuple[int, int]]:
-        """Move the group's running sequences to CPU blocks; a shared block moves once.
-
-        Returns:
-            ``(gpu_block, cpu_block)`` pairs, each GPU block listed once.
-
-        Raises:
-            OutOfBlocksError: if the swap space is full (call :meth:`can_swap_out` first).
-            RuntimeError: if the manager has no swap space.
-        """
+        """Move the group's running sequences to CPU blocks, each shared block once; returns ``(gpu, cpu)`` block
+        pairs. Raises OutOfBlocksError if the swap space is full, RuntimeError if there is none."""
         if self.cpu_allocator is None:
             raise RuntimeError("swap_out needs CPU swap space (num_cpu_blocks > 0)")
         return self._move(seq_group.get_seqs(SequenceStatus.RUNNING), self.cpu_allocator)
 
     def can_swap_in(self, seq_group: SequenceGroup) -> AllocStatus:
-        """Whether the group's swapped blocks (each shared block once) plus the blocks its next tokens need
-        fit in the free GPU blocks. No watermark: the group was running, and one that used every block
-        must be able to come back. O(blocks)."""
+        """OK if the swapped blocks plus the next tokens' blocks fit in the free GPU blocks; no watermark. O(blocks)."""
         seqs = seq_group.get_seqs(SequenceStatus.SWAPPED)
         needed = len(self._distinct_blocks(seqs)) + self._append_blocks_needed(seqs, self.cpu_allocator)
         if needed > self.gpu_allocator.num_blocks:
@@ -319,11 +262,7 @@ class PagedKVCacheManager:
         return AllocStatus.OK if needed <= self.gpu_allocator.num_free_blocks else AllocStatus.LATER
 
     def swap_in(self, seq_group: SequenceGroup) -> list[tuple[int, int]]:
-        """Move the group's swapped sequences back to GPU blocks; a shared block moves once.
-
-        Returns:
-            ``(cpu_block, gpu_block)`` pairs, each CPU block listed once.
-        """
+        """Move the group's swapped sequences back to GPU blocks, each shared one once; returns ``(cpu, gpu)`` pairs."""
         return self._move(seq_group.get_seqs(SequenceStatus.SWAPPED), self.gpu_allocator)
 
     def _move(self, seqs: list[Sequence], dst_allocator: BlockAllocator) -> list[tuple[int, int]]:
@@ -341,7 +280,7 @@ class PagedKVCacheManager:
                 else:
                     mapping[src] = dst_allocator.allocate()
                 new_blocks.append(mapping[src])
-            # validate=False: each block was just taken or referenced here, for as many tokens as before
+            # validate=False: each block was just taken or referenced, for as many tokens as before
             self.block_tables[seq.seq_id] = self.block_table_class(dst_allocator, new_blocks, old.num_tokens,
                                                                    validate=False)
             old.free()
@@ -349,11 +288,7 @@ class PagedKVCacheManager:
 
     # -- reading the cache ------------------------------------------------------------------
     def get_block_table(self, seq: Sequence) -> list[int]:
-        """Physical block ids of the sequence, in logical order. O(blocks).
-
-        Raises:
-            KeyError: if the sequence holds no blocks.
-        """
+        """Physical block ids of the sequence, in logical order. O(blocks). Raises KeyError if it holds none."""
         try:
             return self.block_tables[seq.seq_id].physical_blocks
         except KeyError:
@@ -369,48 +304,41 @@ class PagedKVCacheManager:
         return (self.gpu_allocator.num_blocks - self.gpu_allocator.num_free_blocks) * self.block_size
 
     def blocks_held(self, seqs: list[Sequence]) -> tuple[int, int]:
-        """``(distinct physical blocks, blocks without sharing)`` of the sequences' tables (§4.4, Fig. 15).
-        Sequences without a table (finished, swapped out) count nothing. O(blocks held)."""
+        """``(distinct blocks, blocks without sharing)`` of the sequences holding a table (§4.4, Fig. 15). O(blocks)."""
         tables = [self.block_tables[s.seq_id] for s in seqs if s.seq_id in self.block_tables]
         distinct = {b for table in tables for b in table.physical_blocks}
         return len(distinct), sum(table.num_blocks for table in tables)
 
     def blocks_in_use(self) -> int:
-        """GPU blocks the sequences hold now (Fig. 15): blocks in use (a free cached block is free) less the
-        reserved-prefix blocks no sequence uses now. O(reserved-prefix blocks)."""
+        """GPU blocks in use, less reserved-prefix blocks no sequence uses (Fig. 15). O(reserved-prefix blocks)."""
         allocator = self.gpu_allocator
         unused_prefix = sum(allocator.ref_count(b) == 1 for blocks in self._reserved.values() for b in blocks)
         return allocator.num_blocks - allocator.num_free_blocks - unused_prefix
 
     def sharing_counts(self) -> tuple[int, int]:
-        """``(GPU blocks the sequences hold, blocks they would hold without sharing)`` (§4.4, Fig. 15):
-        :meth:`blocks_in_use` and the sum of the GPU tables' lengths. O(sequences)."""
+        """``(GPU blocks the sequences hold, blocks they would hold without sharing)`` (§4.4, Fig. 15). O(sequences)."""
         logical = sum(t.num_blocks for t in self.block_tables.values() if t.allocator is self.gpu_allocator)
         return self.blocks_in_use(), logical
 
     def memory_usage(self, seq_groups: list[SequenceGroup]) -> MemoryUsage:
-        """Token states / reservation / internal / external slots of the GPU cache, a shared block counted
-        once (§3, Fig. 2; :func:`paged.block.accounting.memory_usage`)."""
+        """Token states / reservation / internal / external slots (§3, Fig. 2; :mod:`paged.block.accounting`)."""
         return accounting.memory_usage(self, seq_groups)
 
     # -- interrupts, resets, invariants --------------------------------------------------
     def commit_computed(self) -> None:
-        """The iteration scheduled last has run: the prefix-cache entries of the blocks it filled hold
-        written KV from now on. O(1)."""
+        """The last scheduled iteration ran: the prefix-cache entries of the blocks it filled hold KV. O(1)."""
         if self._chains is not None:
             self.gpu_allocator.commit()
 
     def rollback_uncomputed(self) -> int:
-        """The iteration scheduled last did not complete: set every block's count from the tables held
-        (an interrupt may have cut a free, fork or growth short) and forget the prefix-cache entries of
-        the blocks whose KV it was to write, so no later request hits them; returns how many entries
-        were forgotten. O(blocks)."""
+        """The last scheduled iteration did not complete: recount every block from the tables held and forget the
+        prefix-cache entries of blocks it was to write; returns how many entries were forgotten. O(blocks)."""
         for allocator, counts in self._table_counts().items():
             allocator.recount(counts)  # an interrupted free, fork or growth leaves its counts half-changed
         return self.gpu_allocator.rollback() if self._chains is not None else 0
 
     def _table_counts(self) -> dict[BlockAllocator, list[int]]:
-        """Per allocator, each block's table entries pointing at it plus its reserved-prefix pins. O(blocks)."""
+        """Per allocator, each block's table entries plus reserved-prefix pins. O(blocks)."""
         allocators = [self.gpu_allocator] + ([self.cpu_allocator] if self.cpu_allocator is not None else [])
         counts = {allocator: [0] * allocator.num_blocks for allocator in allocators}
         for seq_id, table in self.block_tables.items():
@@ -424,17 +352,15 @@ class PagedKVCacheManager:
         return counts
 
     def reset_prefix_cache(self) -> bool:
-        """Drop every cached block (vLLM's ``reset_prefix_cache``): True if the cache is now empty (also
-        without prefix caching); False, changing nothing, while a sequence or a reserved prefix holds GPU
-        blocks, as vLLM refuses while blocks are in use. O(blocks)."""
+        """Drop every cached block (vLLM's ``reset_prefix_cache``): True if the cache is now empty; False, changing
+        nothing, while a sequence or a reserved prefix holds GPU blocks. O(blocks)."""
         if self._chains is None:
             return True
         return not self.block_tables and not self._reserved and self.gpu_allocator.reset()
 
     def check_invariants(self) -> None:
-        """Raise AssertionError unless every block's reference count equals the table entries pointing at
-        it (plus one per reserved-prefix pin), each table covers its tokens with the fewest blocks, and
-        each allocator's own invariants hold. O(blocks)."""
+        """Assert that each count equals its table entries plus reserved-prefix pins, and every table's and
+        allocator's own invariants hold. O(blocks)."""
         for table in self.block_tables.values():
             table.check_invariants()
         for allocator, expected in self._table_counts().items():

@@ -1,18 +1,11 @@
-"""Planning a prefill of the paged manager: where each logical block of each sequence comes from (§4.4, §4.5).
+"""Planning a prefill: where each logical block of each sequence comes from (§4.4, §4.5).
 
-:func:`plan_prefill` looks at a sequence group about to be prefilled and decides, changing nothing,
-for every logical block of every sequence whose tokens the prefill computes:
-
-* a **reserved-prefix** block (``SequenceGroup.prefix_len``: the provider's shared prefix, pinned);
-* a **prefix-cache hit** (automatic prefix caching: the longest run of cached full blocks, never the
-  block of the last token, so its logits are computed);
-* the **same block as an earlier sequence of the group** (a group preempted by recomputation shares
-  again exactly the full blocks it shared when preempted: its prompt, a beam tree);
-* or a **new** block.
-
-A new group's samples (all without generated tokens) are forks of its first sequence. The plan
-answers the scheduler's three questions (tokens to compute, blocks needed, where each sequence's
-computation starts) and is what :meth:`paged.block.PagedKVCacheManager.allocate` carries out.
+:func:`plan_prefill` picks, changing nothing, for each block a prefill computes: a **reserved-prefix** block
+(``SequenceGroup.prefix_len``, pinned); a **prefix-cache hit** (the longest cached run, never the last token's
+block, so its logits are computed); the **same block as an earlier sequence** (a group preempted by
+recomputation shares again what it shared); or a **new** block. A new group's samples fork its first sequence.
+The plan gives the scheduler tokens to compute, blocks needed, start positions; ``PagedKVCacheManager.allocate``
+carries it out.
 """
 
 from __future__ import annotations
@@ -31,21 +24,11 @@ NEW, HIT, SIBLING, PREFIX = 0, 1, 2, 3
 
 @dataclass(slots=True)
 class PrefillPlan:
-    """A prefill of a group's waiting sequences, planned (nothing changed yet).
-
-    Attributes:
-        seqs: the group's waiting sequences, in group order.
-        sources: ``sources[j][i] = (kind, value)`` for logical block ``i`` of computed sequence ``j``:
-            ``(NEW, 0)``, ``(HIT, block)``, ``(SIBLING, j')`` (the block of sequence ``j'`` at index
-            ``i``) or ``(PREFIX, i)`` (reserved-prefix block ``i``).
-        starts: each waiting sequence's first token to compute (``num_tokens``: a fork of the first).
-        hit_cids: content ids of each computed sequence's cache hits.
-        forks: waiting sequences after the first of a new group (they fork the first).
-        needed: free blocks the allocation takes (evictable hits included).
-        total: distinct blocks the group's tables hold afterwards (reserved prefix included).
-        reserve: reserved-prefix blocks to allocate first (the prefix's first use).
-        tokens: tokens the prefill computes.
-    """
+    """A planned prefill of a group's waiting sequences ``seqs`` (in group order). ``sources[j][i]`` is where block
+    ``i`` of computed sequence ``j`` comes from: ``(NEW, 0)``, ``(HIT, block)``, ``(SIBLING, j')`` (sequence ``j'``'s
+    block ``i``) or ``(PREFIX, i)``. ``starts``: each sequence's first token to compute; ``hit_cids``: cache hits'
+    content ids; ``forks``: sequences forking the first; ``needed``: free blocks taken (evictable hits included);
+    ``total``: distinct blocks held after; ``reserve``: prefix blocks to allocate first; ``tokens``: to compute."""
 
     seqs: list[Sequence]
     sources: list[list[tuple[int, int]]]
@@ -61,16 +44,9 @@ class PrefillPlan:
 def plan_prefill(seq_group: SequenceGroup, *, block_size: int, allocator: BlockAllocator,
                  layouts: dict[int, list[int]], reserved: dict[int, list[int]],
                  cache_hits: Callable[[Sequence, int], list[tuple[int, int]]] | None) -> PrefillPlan:
-    """Plan the prefill of ``seq_group``'s waiting sequences (module docstring). O(blocks).
-
-    Args:
-        block_size: tokens per block.
-        allocator: the GPU allocator (reference counts of hit blocks).
-        layouts: seq_id → its full blocks when it was preempted by recomputation.
-        reserved: prefix_len → the pinned blocks of that reserved prefix (absent: not reserved yet).
-        cache_hits: ``cache_hits(seq, limit)`` → ``(block, content id)`` of its cached leading blocks,
-            or None without prefix caching.
-    """
+    """Plan the prefill of ``seq_group``'s waiting sequences (module docstring). O(blocks). ``block_size``:
+    tokens per block; ``layouts``: seq_id → full blocks when preempted; ``reserved``: prefix_len → pinned blocks;
+    ``cache_hits(seq, limit)`` → ``(block, content id)`` of its cached leading blocks (None: no caching)."""
     bs = block_size
     waiting = seq_group.get_seqs(SequenceStatus.WAITING)
     fresh = all(seq.num_generated == 0 for seq in waiting)

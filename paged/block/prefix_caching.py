@@ -1,31 +1,17 @@
 """Automatic prefix caching in the block allocator (paper §4.4 "shared prefix"; vLLM's APC).
 
-A *full* block's KV depends only on its tokens and every token before it, so a full block is named by a
-hash chained through the blocks before it: ``hash(parent hash, its tokens, extra keys)``
-(:func:`hash_block_tokens`). :class:`PrefixCachingBlockAllocator` maps that hash to the blocks holding
-the content:
-
-* a request whose prompt starts with cached blocks takes them (``reuse``) instead of computing their
-  KV again;
-* a hit is **confirmed by comparing the tokens**, never by the hash alone: each cached block stores its
-  key ``(parent content id, tokens, extra keys)``, a content id being a number given once to each
-  registered content and never reused; a hash collision only costs a comparison;
-* a freed cached block keeps its KV and stays findable until its slot is needed. Free blocks without
-  cached KV sit on the plain allocator's stack and are handed out first; cached ones wait behind them in
-  a doubly linked queue (:class:`~paged.block.free_queue.FreeBlockQueue`) in the order they were freed,
-  so an allocation evicts the least recently freed cached block (LRU) and a hit on a free block unlinks
-  it in O(1). vLLM V1's ``BlockPool`` uses the same queue for every free block;
-* only computed KV may be found: a block registered while its KV is being computed stays *pending*
-  until the iteration that writes it completes (``commit``); if that iteration is interrupted,
-  ``rollback`` forgets the pending entries;
-* ``reset`` drops the whole cache (the model's weights changed) and, as vLLM's ``reset_prefix_cache``,
-  refuses while any block is in use.
+A full block's KV depends only on its tokens and those before it, so it is named by a hash chained through the
+blocks before it (:func:`hash_block_tokens`). A prompt starting with cached blocks takes them (``reuse``) instead
+of computing their KV. A hit is confirmed by the key ``(parent content id, tokens, extra keys)``, never by the
+hash alone (a content id is given once to each content), so a collision only costs a comparison. A freed cached
+block stays findable until needed: uncached free blocks go first, cached ones wait in a
+:class:`~paged.block.free_queue.FreeBlockQueue` (LRU). A block registered while its KV is being computed stays
+*pending* until that iteration completes (``commit``); ``rollback`` forgets it if interrupted.
 """
 
 from __future__ import annotations
 
 import itertools
-
 from collections.abc import Callable, Hashable
 
 from paged.block.allocator import BlockAllocator, OutOfBlocksError
@@ -38,29 +24,16 @@ NO_PARENT = -1
 
 
 def hash_block_tokens(parent_hash: int, token_ids: tuple[int, ...], extra_keys: Hashable = None) -> int:
-    """The chained hash of one full block: Python's tuple hash of ``(parent_hash, token_ids,
-    extra_keys)`` (an int; deterministic for integer tokens whatever ``PYTHONHASHSEED`` is). O(tokens).
-
-    Args:
-        parent_hash: the previous block's hash, :data:`NO_PARENT` for a sequence's first block.
-        token_ids: the block's ``block_size`` token ids.
-        extra_keys: anything else the KV depends on (None: nothing).
-    """
+    """Chained hash of one full block: Python's tuple hash of ``(parent_hash, token_ids, extra_keys)``, an int,
+    deterministic for integer tokens whatever ``PYTHONHASHSEED``. ``parent_hash``: :data:`NO_PARENT` for a first
+    block; ``token_ids``: its ``block_size`` tokens; ``extra_keys``: anything else the KV depends on. O(tokens)."""
     return hash((parent_hash, token_ids, extra_keys))
 
 
 class PrefixCachingBlockAllocator(BlockAllocator):
     """A :class:`~paged.block.BlockAllocator` whose freed full blocks stay reusable by content (module docstring).
-
-    Args:
-        num_blocks, block_size: as :class:`~paged.block.BlockAllocator`.
-        hash_fn: ``hash_fn(parent_hash, token_ids, extra_keys) -> int``, default
-            :func:`hash_block_tokens`; any function is correct (hits are confirmed by the tokens),
-            a weak one is only slower.
-
-    Costs: :meth:`allocate`, :meth:`free`, :meth:`reuse` O(1) (an eviction adds O(blocks sharing the
-    evicted hash)); :meth:`lookup` and :meth:`register` O(block_size + blocks sharing the hash).
-    """
+    Any ``hash_fn(parent_hash, token_ids, extra_keys) -> int`` is correct (hits are confirmed by the tokens); a
+    weak one is only slower. :meth:`allocate` and :meth:`free` stay O(1), an eviction adding O(its hash's bucket)."""
 
     __slots__ = ("_queue", "_hash", "_key", "_cid", "_cached", "_next_cid", "hash_fn", "_pending")
 
@@ -76,7 +49,6 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         self._pending: list[tuple[int, int]] = []  # (block, content id) registered, KV not yet written
         self.hash_fn = hash_fn
 
-    # -- counts -----------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
         """Blocks with reference count 0, cached or not: what an allocation may take (blocks). O(1)."""
@@ -92,27 +64,22 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         """Blocks registered in the cache, in use or evictable (blocks). O(distinct hashes)."""
         return sum(len(bucket) for bucket in self._cached.values())
 
-    # -- the free pool ------------------------------------------------------------------
-    # Head of the free queue first: the base class's stack of uncached free blocks (top first), then the
-    # evictable queue (least recently freed first). Uncached blocks come and go as in the plain allocator.
+    # -- the free pool: the base stack of uncached blocks (handed out first), then the evictable queue --
     def _take_free_block(self) -> int:
-        """The most recently freed uncached block, else the least recently freed cached one, whose cache
-        entry is evicted (LRU). O(1) (an eviction: O(blocks sharing its hash))."""
+        """The top uncached free block, else the LRU evictable one (its entry evicted). O(1), an eviction O(bucket)."""
         if self._free:
             return self._free.pop()
         return self._evict_lru()
 
     def _return_free_block(self, block_id: int) -> None:
-        """A block without cached KV goes on the stack (handed out next); a cached one to the tail of the
-        evictable queue (still findable, evicted after every block freed before it). O(1)."""
+        """An uncached block onto the stack (handed out next), a cached one to the queue's tail. O(1)."""
         if self._hash[block_id] is None:
             self._free.append(block_id)
         else:
             self._queue.push_back(block_id)
 
     def recount(self, counts: list[int]) -> None:
-        """:meth:`BlockAllocator.recount`, and the hash buckets rebuilt from each block's hash (an
-        interrupted register or eviction may have changed one and not the other). O(blocks)."""
+        """:meth:`BlockAllocator.recount`, also rebuilding the hash buckets from the blocks' hashes. O(blocks)."""
         cached: dict[int, list[int]] = {}
         for block_id, block_hash in enumerate(self._hash):
             if block_hash is None:
@@ -123,11 +90,9 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         super().recount(counts)
 
     def _rebuild_free_pool(self) -> None:
-        """The stack from the free uncached blocks and the evictable queue from the free cached ones, each
-        keeping the order its blocks had (the queue read at most ``num_blocks`` links, in case an
-        interrupted push left one dangling). O(blocks)."""
+        """Stack from the free uncached blocks, queue from the free cached ones, each in its old order. O(blocks)."""
         counts, hashes, n = self._ref_counts, self._hash, self._num_blocks
-        queued = list(itertools.islice(self._queue, n))
+        queued = list(itertools.islice(self._queue, n))  # n links at most: an interrupted push may dangle
         self._free[:] = [b for b in self._free if 0 <= b < n and hashes[b] is None]
         super()._rebuild_free_pool()  # the stack, from the uncached blocks alone
         self._free[:] = [b for b in self._free if hashes[b] is None]
@@ -137,8 +102,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
                 self._queue.push_back(block_id)
 
     def reuse(self, block_id: int) -> None:
-        """Take one reference to the cached block ``block_id`` (a hit): out of the evictable queue if it
-        was free. O(1). The caller found it with :meth:`lookup`."""
+        """Take a reference to the cached block ``block_id`` found by :meth:`lookup`, unqueuing it if free. O(1)."""
         if self._ref_counts[block_id] == 0:
             self._queue.remove(block_id)
         self._ref_counts[block_id] += 1
@@ -147,19 +111,11 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         """True if ``block_id`` is free and still holds cached KV. O(1)."""
         return self._ref_counts[block_id] == 0 and self._hash[block_id] is not None
 
-    # -- the cache ----------------------------------------------------------------------
     def lookup(self, block_hash: int, parent_cid: int, token_ids: tuple[int, ...],
                extra_keys: Hashable = None) -> tuple[int, int] | None:
-        """The cached block holding ``token_ids`` after the content ``parent_cid``, or None.
-
-        Args:
-            block_hash: the block's chained hash (from :attr:`hash_fn`), used to find candidates.
-            parent_cid: the content id of the verified previous block (:data:`NO_PARENT` for the first).
-            token_ids, extra_keys: what the block must hold; compared exactly.
-
-        Returns:
-            ``(block, content id)`` of a hit, or None. O(block_size × candidates).
-        """
+        """``(block, content id)`` of the cached block holding ``token_ids`` and ``extra_keys`` (compared exactly)
+        after content ``parent_cid`` (:data:`NO_PARENT` first), found by its chained ``block_hash``; else None.
+        O(block_size × candidates)."""
         bucket = self._cached.get(block_hash)
         if bucket:
             key = (parent_cid, token_ids, extra_keys)
@@ -170,14 +126,9 @@ class PrefixCachingBlockAllocator(BlockAllocator):
 
     def register(self, block_id: int, block_hash: int, parent_cid: int, token_ids: tuple[int, ...],
                  extra_keys: Hashable = None) -> int:
-        """Record that the in-use block ``block_id`` now holds ``token_ids`` after ``parent_cid`` (it is
-        full and its KV is being computed: the entry is pending until :meth:`commit`). Returns the content id the next block chains to: the
-        block's own, or, when another block already holds the same content, that block's (``block_id``
-        then stays uncached: one cached block per content). O(block_size × candidates).
-
-        Raises:
-            ValueError: if the block is free, or already cached with other content.
-        """
+        """Cache the in-use full block ``block_id`` as ``token_ids`` after ``parent_cid``, pending until :meth:`commit`;
+        return the content id the next block chains to, another block's if it already caches this content (then
+        ``block_id`` stays uncached). O(block_size × candidates). Raises ValueError if free or cached otherwise."""
         if self._ref_counts[block_id] == 0:
             raise ValueError(f"block {block_id} is free: only a block in use can be registered")
         if self._hash[block_id] is not None:  # already cached (a block shared with a sibling)
@@ -197,15 +148,13 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         return cid
 
     def commit(self) -> None:
-        """The KV of every pending block has been written (the iteration that computes it completed):
-        the entries stay. O(1) amortized."""
+        """The pending blocks' KV is written (their iteration completed): their entries stay. O(1) amortized."""
         if self._pending:
             self._pending.clear()
 
     def rollback(self) -> int:
-        """Forget every pending entry (the iteration that was to write their KV did not complete), so
-        no request can hit a block that was never written; returns how many were dropped. A dropped
-        block that is free becomes a plain free block (head of the queue). O(pending × bucket)."""
+        """Forget the pending entries (their iteration did not complete), so nothing hits unwritten KV; a dropped
+        free block becomes a plain free one. Returns how many were dropped. O(pending × bucket)."""
         pending, self._pending = self._pending, []
         dropped = 0
         for block_id, cid in reversed(pending):
@@ -216,9 +165,8 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         return dropped
 
     def reset(self) -> bool:
-        """Drop every cache entry (vLLM's ``reset_prefix_cache``): True if done; False, changing
-        nothing, while any block is in use (its KV may be read; vLLM refuses likewise). Used when the
-        model's weights change, which makes every cached KV stale. O(blocks)."""
+        """Drop every entry, for new weights (vLLM's ``reset_prefix_cache``): True if done; False, changing
+        nothing, while any block is in use. O(blocks)."""
         if self.num_free_blocks != self._num_blocks:
             return False
         for block_id in range(self._num_blocks):
@@ -228,17 +176,15 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         return True
 
     def _uncache(self, block_id: int) -> None:
-        """Forget the cached content of ``block_id``; a free block moves to the head of the free queue
-        (the top of the stack)."""
+        """Forget ``block_id``'s content; a free one moves to the top of the uncached stack."""
         self._forget(block_id)
         if self._ref_counts[block_id] == 0:
             self._queue.remove(block_id)
             self._free.append(block_id)
 
     def check_invariants(self) -> None:
-        """Raise AssertionError if the pool is inconsistent: the stack holds exactly the free blocks
-        without cached KV and the evictable queue exactly the free cached ones, once each; every cached
-        block sits in its hash's bucket once, with a content id no other block has. O(blocks)."""
+        """Assert that the stack holds the free uncached blocks and the queue the free cached ones, once each, and
+        each cached block is once in its hash's bucket, with a unique content id. O(blocks)."""
         counts = self._ref_counts
         stack, queue = list(self._free), list(self._queue)
         assert len(queue) == len(self._queue), "evictable queue length differs from its links"
@@ -259,12 +205,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         assert len(set(cids)) == len(cids), "two cached blocks share a content id"
 
     def _evict_lru(self) -> int:
-        """Take the least recently freed evictable block out of the queue and forget its cached content
-        (it is being handed out for new KV; the caller sets its count). O(blocks sharing its hash).
-
-        Raises:
-            OutOfBlocksError: if no block is evictable either.
-        """
+        """Pop the LRU evictable block and forget its content (OutOfBlocksError if none). O(bucket)."""
         try:
             block_id = self._queue.popleft()
         except IndexError:
@@ -273,7 +214,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         return block_id
 
     def _forget(self, block_id: int) -> None:
-        """Drop ``block_id`` from its hash's bucket and clear its hash, key and content id."""
+        """Drop ``block_id`` from its bucket and clear its hash, key and content id."""
         block_hash = self._hash[block_id]
         bucket = self._cached[block_hash]
         bucket.remove(block_id)
@@ -284,8 +225,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         self._cid[block_id] = NO_PARENT
 
     def free_queue(self) -> list[int]:
-        """The free blocks from head (next handed out) to tail (a copy): the uncached ones, most recently
-        freed first, then the evictable ones, least recently freed first. O(free blocks)."""
+        """Free blocks, next handed out first: uncached newest first, then evictable oldest first. O(free blocks)."""
         return self._free[::-1] + list(self._queue)
 
     def __repr__(self) -> str:

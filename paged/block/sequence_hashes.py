@@ -1,9 +1,7 @@
 """The prefix cache seen from the sequences: each one's chain of block hashes and content ids (§4.4, APC).
 
-A sequence's full blocks are named by chained hashes of its token ids
-(:func:`paged.block.prefix_caching.hash_block_tokens`); once a block is cached (or found in the
-cache), the chain continues from its content id. :class:`SequenceHashes` keeps both per sequence, so
-a request waiting at the head of the queue hashes its prompt once however often admission asks.
+Kept per sequence, so a request waiting at the head of the queue hashes its prompt once, however often admission
+asks. The hashes and the cache itself: :mod:`paged.block.prefix_caching`.
 """
 
 from __future__ import annotations
@@ -16,11 +14,7 @@ __all__ = ["SequenceHashes"]
 
 
 class SequenceHashes:
-    """Per-sequence ``(hash, token ids)`` of full blocks and content ids of leading cached blocks.
-
-    Args:
-        allocator: the prefix-caching allocator whose cache the chains refer to.
-    """
+    """Per-sequence ``(hash, token ids)`` of full blocks and content ids of cached ones, in ``allocator``'s cache."""
 
     __slots__ = ("allocator", "block_size", "_hashes", "_cids")
 
@@ -31,8 +25,7 @@ class SequenceHashes:
         self._cids: dict[int, list[int]] = {}
 
     def block_hashes(self, seq: Sequence, upto: int) -> list[tuple[int, tuple[int, ...]]]:
-        """``(chained hash, token ids)`` of the sequence's first ``upto`` full blocks, each computed once
-        per sequence. O(new tokens)."""
+        """``(chained hash, token ids)`` of the first ``upto`` full blocks, each computed once. O(new tokens)."""
         hashes = self._hashes.setdefault(seq.seq_id, [])
         hash_fn = self.allocator.hash_fn
         bs = self.block_size
@@ -44,8 +37,8 @@ class SequenceHashes:
         return hashes
 
     def cache_hits(self, seq: Sequence, limit: int) -> list[tuple[int, int]]:
-        """``(block, content id)`` of the longest run of cached blocks the sequence starts with, at most
-        ``limit`` blocks (none without token ids). Changes no block. O(limit × block_size)."""
+        """``(block, content id)`` of the longest cached run (≤ ``limit`` blocks) the sequence starts with; none
+        without token ids. Read-only. O(limit × block_size)."""
         if seq.token_ids is None:
             return []
         limit = min(limit, len(seq.token_ids) // self.block_size)
@@ -67,8 +60,7 @@ class SequenceHashes:
         self._cids[seq.seq_id] = list(hit_cids)
 
     def register_full_blocks(self, seq: Sequence, table: BlockTable) -> None:
-        """Register the table's full blocks of known tokens past those already in the chain. O(1) when no
-        block filled, else O(new blocks)."""
+        """Register the table's full blocks of known tokens past the chain's end. O(new blocks), O(1) if none."""
         cids = self._cids.get(seq.seq_id)
         if cids is None or seq.token_ids is None:
             return
