@@ -1,8 +1,7 @@
 """The scheduler's world (paper §4.5): sequences, the KV cache manager interface, the scheduler.
 
-The bottom layer of the package, with :mod:`paged.workloads`: it imports nothing else of ``paged``,
-so the paged manager (:mod:`paged.block`), the contiguous baselines (:mod:`paged.contiguous`), the
-simulator and the engine all build on the same scheduler and the same interface.
+The package's bottom layer (with :mod:`paged.workloads`): it imports nothing else of ``paged``, so the paged
+manager, the contiguous baselines, the simulator and the engine all build on this one scheduler and interface.
 """
 
 from paged.core.kv_cache_manager import AllocStatus, KVCacheManager, MemoryUsage, RequestTooLargeError

@@ -1,7 +1,7 @@
 """Argument checks shared by the library: integers that may come from Python, numpy or torch.
 
-A float, string or bool where an integer count or token id belongs would otherwise be accepted
-by some paths (``int(1.7)`` truncates; ``True`` indexes as 1) and corrupt state later.
+Some paths would otherwise accept a float, string or bool where a count or token id belongs
+(``int(1.7)`` truncates; ``True`` indexes as 1) and corrupt state later.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ __all__ = ["as_int", "as_positive_int", "as_token_ids"]
 
 def as_int(value, what: str) -> int:
     """``value`` as a Python int: any integer type with ``__index__`` (numpy too), not a bool.
-
-    Raises:
-        TypeError: naming ``what`` and the value, for a bool, float, string or None.
-    """
+    Raises TypeError, naming ``what`` and the value, for anything else (bool, float, string, None)."""
     if not isinstance(value, bool):
         try:
             return operator.index(value)
@@ -26,13 +23,8 @@ def as_int(value, what: str) -> int:
 
 
 def as_positive_int(value, what: str) -> int:
-    """``value`` as a Python int ≥ 1 (a count or a size): any integer type with ``__index__``, not a
-    bool.
-
-    Raises:
-        ValueError: naming ``what`` and the value, for anything else (a float, string, None, bool,
-            zero or a negative number).
-    """
+    """``value`` as a Python int ≥ 1 (a count or a size): any integer type with ``__index__``, not a bool.
+    Raises ValueError, naming ``what`` and the value, for anything else (float, string, None, bool, ≤ 0)."""
     if not isinstance(value, bool):
         try:
             value = operator.index(value)
@@ -45,11 +37,8 @@ def as_positive_int(value, what: str) -> int:
 
 
 def as_token_ids(values, what: str) -> list[int]:
-    """Every item of ``values`` as a Python int (see :func:`as_int`); the list ``[int]``.
-
-    Raises:
-        TypeError: naming ``what`` and the first few values, if any item is not an integer.
-    """
+    """Every item of ``values`` as a Python int (:func:`as_int`), as a list. Raises TypeError, naming ``what``
+    and the first few values, if ``values`` is not iterable or an item is not an integer."""
     try:
         values = list(values)
     except TypeError:

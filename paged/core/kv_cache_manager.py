@@ -1,13 +1,10 @@
 """The KV cache manager interface the scheduler drives (paper §4.2, §4.5, §6.1).
 
-Two kinds of manager implement it: the paged one (:class:`paged.block.PagedKVCacheManager`,
-blocks allocated on demand) and the contiguous baselines of the paper's Orca systems
-(:class:`paged.contiguous.ContiguousKVCacheManager`, one reservation per sequence from a buddy
-allocator). The scheduler, the engine and the simulator only call the methods below, so none of them
-knows which one it drives; ``tests/core/test_kv_cache_manager.py`` runs the same contract against
-every manager.
-
-Method names follow vLLM's v0 ``BlockSpaceManager``.
+Two kinds of manager implement it: the paged one (:class:`paged.block.PagedKVCacheManager`, blocks allocated
+on demand) and the contiguous baselines of the paper's Orca systems (:class:`paged.contiguous.ContiguousKVCacheManager`,
+one buddy-allocated reservation per sequence). The scheduler, engine and simulator call only the methods
+below, so none knows which manager it drives; ``tests/core/test_kv_cache_manager.py`` runs the same contract
+against every manager. Method names follow vLLM's ``BlockSpaceManager``.
 """
 
 from __future__ import annotations
@@ -35,25 +32,13 @@ class RequestTooLargeError(ValueError):
 
 @dataclass(slots=True)
 class MemoryUsage:
-    """Where the KV cache's slots are at one moment (paper §3, Fig. 2), in token slots.
+    """Where the KV cache's slots are at one moment (paper §3, Fig. 2), in token slots; the parts sum to ``total``."""
 
-    Attributes:
-        token_states: slots holding a live token's K/V (or about to, in the running step).
-        reservation: slots reserved for tokens their request will still generate.
-        internal: reserved slots the request will never use (over-reservation, allocator
-            rounding, the unfilled tail of a paged sequence's last block).
-        external: every other slot: free memory (which no waiting request could use while
-            requests wait), external fragmentation, and any watermark held back.
-        total: all slots of the cache.
-
-    The four parts sum to ``total``.
-    """
-
-    token_states: int
-    reservation: int
-    internal: int
-    external: int
-    total: int
+    token_states: int  #: holding a live token's K/V (or about to, in the running step)
+    reservation: int  #: reserved for tokens their request will still generate
+    internal: int  #: reserved, never to be used: over-reservation, allocator rounding, a paged last block's tail
+    external: int  #: every other slot: free memory no waiting request could use, fragmentation, the watermark
+    total: int  #: all slots of the cache
 
     def fractions(self) -> dict[str, float]:
         """The four parts as fractions of ``total`` (they sum to 1)."""
@@ -67,36 +52,20 @@ class MemoryUsage:
 
 
 def split_reserved(used: int, allocated: int, final_len: int) -> tuple[int, int]:
-    """Split a sequence's unused slots into (reservation, internal fragmentation).
-
-    Args:
-        used: slots holding tokens now (tokens).
-        allocated: slots the sequence holds (tokens).
-        final_len: tokens the sequence will hold when it finishes (prompt + output).
-
-    Returns:
-        ``(reservation, internal)``: unused slots it will still fill, and those it never will.
-    """
+    """Split a sequence's unused slots into ``(reservation, internal)``: those it will still fill and those it
+    never will, given ``used`` slots holding tokens, ``allocated`` slots held, and ``final_len`` tokens when it
+    finishes (prompt + output). All in tokens."""
     will_use = min(allocated, final_len)
     return max(will_use - used, 0), allocated - max(will_use, used)
 
 
 class KVCacheManager(Protocol):
-    """What the scheduler needs from a KV cache manager (paged or contiguous).
+    """What the scheduler needs from a KV cache manager (paged or contiguous). Sizes are in tokens (slots)
+    unless a name says blocks."""
 
-    All sizes are in tokens (slots) unless a name says blocks.
-
-    Attributes:
-        block_size: tokens per block of the block tables :meth:`get_block_table` hands out (a
-            contiguous manager reads its reservations as consecutive blocks of this size).
-        num_total_slots: KV slots of the whole (GPU) cache.
-        fork_copies_kv: True if a fork copies the parent's KV into the child's own space (a contiguous
-            reservation cannot be shared), False if the child shares the parent's blocks (§4.4).
-    """
-
-    block_size: int
-    num_total_slots: int
-    fork_copies_kv: bool
+    block_size: int  #: tokens per block of :meth:`get_block_table` (contiguous: a reservation's consecutive blocks)
+    num_total_slots: int  #: KV slots of the whole (GPU) cache
+    fork_copies_kv: bool  #: a fork copies the parent's KV (contiguous), rather than sharing its blocks (paged, §4.4)
 
     def can_allocate(self, seq_group: SequenceGroup) -> AllocStatus:
         """Whether the waiting sequences of ``seq_group`` can get KV space for a prefill."""
@@ -107,19 +76,16 @@ class KVCacheManager(Protocol):
         ...
 
     def prefill_tokens(self, seq_group: SequenceGroup) -> int:
-        """Tokens a prefill of the group's waiting sequences computes (tokens): a prompt its sequences
-        share counts once, and so do the blocks a recomputed group shared (the token budget, §4.5)."""
+        """Tokens a prefill of the group's waiting sequences computes, for the token budget (§4.5): a shared
+        prompt counts once, and so do the blocks a recomputed group shared."""
         ...
 
     def allocate(self, seq_group: SequenceGroup) -> list[int]:
-        """Give every waiting sequence of the group room for its ``num_tokens`` tokens.
-
-        Returns, for each waiting sequence in group order, how many of its leading tokens already have
-        their KV in the cache when the prefill runs (prefix-cache hits, a reserved prefix, or blocks an
-        earlier sequence of the group computes in the same prefill); the prefill computes the rest.
-        A value equal to the sequence's ``num_tokens`` means it is identical to the group's first
-        sequence (the samples of a new parallel-sampling request) and takes that sequence's logits.
-        """
+        """Give every waiting sequence of the group room for its ``num_tokens`` tokens. Returns, per waiting
+        sequence in group order, how many leading tokens already have KV in the cache at the prefill (prefix-cache
+        hits, a reserved prefix, blocks an earlier sequence of the group computes); the prefill computes the rest.
+        ``num_tokens`` means the sequence equals the group's first (a new request's parallel sample) and takes
+        its logits."""
         ...
 
     def can_append_slots(self, seq_group: SequenceGroup) -> bool:
@@ -173,8 +139,7 @@ class KVCacheManager(Protocol):
         ...
 
     def sharing_counts(self) -> tuple[int, int]:
-        """``(blocks the GPU-resident sequences hold, blocks they would hold if nothing were shared)``,
-        now, in blocks of ``block_size`` (§4.4, Fig. 15). O(sequences)."""
+        """:meth:`blocks_held` of the GPU-resident sequences now, in blocks (§4.4, Fig. 15). O(sequences)."""
         ...
 
     def memory_usage(self, seq_groups: list[SequenceGroup]) -> MemoryUsage:
@@ -182,21 +147,21 @@ class KVCacheManager(Protocol):
         ...
 
     def commit_computed(self) -> None:
-        """The iteration scheduled last has run: KV it wrote may be found by later requests (a prefix
-        cache's pending entries stay; nothing to do without one). O(1)."""
+        """The last scheduled iteration ran: later requests may find the KV it wrote (no-op without a prefix
+        cache). O(1)."""
         ...
 
     def rollback_uncomputed(self) -> int:
-        """The iteration scheduled last did not complete: forget cache entries of blocks whose KV it was
-        to write, so no later request reads KV that was never computed; returns how many."""
+        """The last scheduled iteration did not complete: forget the cache entries of blocks whose KV it was to
+        write, so no later request reads KV never computed; returns how many."""
         ...
 
     def reset_prefix_cache(self) -> bool:
-        """Drop every cached block (vLLM's ``reset_prefix_cache``): True if done, False (changing
-        nothing) while blocks are in use."""
+        """Drop every cached block (vLLM's ``reset_prefix_cache``): True if done, False (changing nothing)
+        while blocks are in use."""
         ...
 
     def check_invariants(self) -> None:
-        """Raise AssertionError if the manager's bookkeeping is inconsistent (reference counts, free
-        pools, reservations). O(blocks); for tests and after an interrupted run."""
+        """Raise AssertionError if the bookkeeping (reference counts, free pools, reservations) is inconsistent.
+        O(blocks); for tests and after an interrupted run."""
         ...

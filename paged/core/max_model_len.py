@@ -1,22 +1,17 @@
 """The longest sequence a server serves (vLLM's ``max_model_len``): derived, verified, enforced.
 
-A request is a prompt plus the tokens it generates; its KV cache and its positions grow to
-``prompt + output`` tokens. Two limits bound that sum, checked where vLLM checks them:
+A request's KV cache and positions grow to ``prompt + output`` tokens. Two limits bound that sum, checked
+where vLLM checks them:
 
 * **the model's positions** (:func:`derived_max_model_len`, :func:`verify_max_model_len`; vLLM's
-  ``ModelConfig._get_and_verify_max_len``): the smallest of the config's length fields
-  (``max_position_embeddings``, GPT-2's ``n_positions``, ...), times the RoPE scaling factor for the
-  scalings that do not already state the extended length (linear, dynamic NTK, YaRN from its
-  ``original_max_position_embeddings``; Llama 3's ``llama3`` and Phi-3's ``longrope`` / ``su``
-  configs give the extended length in ``max_position_embeddings`` itself). A server length beyond
-  it is refused unless the caller overrides it on purpose (vLLM's ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``);
-* **the server's length** (:func:`check_request_len`): a request whose prompt plus output exceeds
-  it can never be served, whatever the memory: every system refuses it at admission with the same
-  message (vLLM refuses it when the request is added, as its OpenAI server's "maximum context
-  length" error does), so a paged server and an Orca one never disagree about what is servable.
+  ``ModelConfig._get_and_verify_max_len``): the config's smallest length field times its RoPE scaling
+  factor. A server length beyond it is refused unless the caller allows it (vLLM's ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``);
+* **the server's length** (:func:`check_request_len`): a request whose prompt plus output exceeds it can
+  never be served, whatever the memory. Every system refuses it at admission with the same message (vLLM
+  when the request is added), so paged and Orca servers agree on what is servable.
 
-Configs are read by attribute (a transformers ``PretrainedConfig`` or any object with the same
-names), so nothing here imports transformers.
+Configs are read by attribute (a transformers ``PretrainedConfig`` or any object with the same names), so
+nothing here imports transformers.
 """
 
 from __future__ import annotations
@@ -33,8 +28,7 @@ _LENGTH_STATED = ("llama3", "longrope", "su")
 
 
 def _rope_scaling(config) -> dict | None:
-    """The config's RoPE scaling as a dict (``rope_scaling``, or transformers 5's ``rope_parameters``;
-    for per-layer-type parameters, Gemma 3's, those of the full-attention layers), or None."""
+    """The config's ``rope_scaling`` or ``rope_parameters`` dict (Gemma 3's: its full-attention entry), or None."""
     scaling = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
     if isinstance(scaling, dict) and isinstance(scaling.get("full_attention"), dict):
         scaling = scaling["full_attention"]
@@ -44,8 +38,10 @@ def _rope_scaling(config) -> dict | None:
 def derived_max_model_len(config) -> tuple[int | None, str]:
     """The longest sequence ``config``'s positions allow (tokens), and how it was derived (for messages).
 
-    Returns ``(None, reason)`` when the config has none of :data:`POSITION_FIELDS` (vLLM then
-    assumes 2,048 tokens; the callers here ask for an explicit length instead).
+    The smallest of :data:`POSITION_FIELDS`, times the RoPE scaling factor (YaRN's applied to its
+    ``original_max_position_embeddings``) unless the config already states the extended length (Llama 3's
+    ``llama3``, Phi-3's ``longrope`` / ``su``). ``(None, reason)`` without any such field (vLLM then assumes
+    2,048 tokens; callers here ask for an explicit length).
     """
     found = [(value, name) for name in POSITION_FIELDS
              if isinstance(value := getattr(config, name, None), int) and not isinstance(value, bool) and value > 0]
@@ -74,19 +70,14 @@ ALLOW_LONG_HINT = ("allow it explicitly to simulate it anyway (allow_long_max_se
 def verify_max_model_len(model_max_len: int | None, max_model_len: int | None, *, allow_long: bool = False,
                          model: str = "the model", how: str = "", what: str = "max_seq_len",
                          hint: str = ALLOW_LONG_HINT) -> int:
-    """The server's longest sequence: ``max_model_len`` if given, else the model's own.
-
-    Args:
-        model_max_len: the longest sequence the model's positions allow (tokens; :func:`derived_max_model_len`).
-        max_model_len: the length asked for (tokens), or None for the model's own.
-        allow_long: accept a length beyond the model's (vLLM's ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``): the
-            model then runs at positions it was not trained for; the caller records that it did.
-        model, how, what: the model's name, how its length was derived, the parameter's name (for messages).
-        hint: how the caller allows a longer length (the refusal's last words); "" for none.
+    """The server's longest sequence (tokens): ``max_model_len`` if given, else ``model_max_len``, the model's
+    (:func:`derived_max_model_len`). ``allow_long`` accepts a length beyond the model's, at positions it was not
+    trained for (the caller records it). ``model``, ``how``, ``what`` and ``hint`` (how to allow a longer
+    length; "" for none) word the messages.
 
     Raises:
-        ValueError: naming both lengths, for a ``max_model_len`` beyond the model's without ``allow_long``,
-            and when neither length is known; also for a ``max_model_len`` that is not an integer ≥ 1.
+        ValueError: for a ``max_model_len`` beyond the model's without ``allow_long`` (naming both), for no
+            known length, and for a ``max_model_len`` that is not an integer ≥ 1.
     """
     if max_model_len is None:
         if model_max_len is None:
@@ -102,12 +93,8 @@ def verify_max_model_len(model_max_len: int | None, max_model_len: int | None, *
 
 def check_request_len(request_id, prompt_len: int, output_len: int, max_model_len: int, *,
                       what: str = "max_seq_len") -> None:
-    """Refuse a request that can never be served: ``prompt_len + output_len`` tokens (its final length)
-    beyond the server's ``max_model_len`` (tokens). The one wording every system and the engine use.
-
-    Raises:
-        RequestTooLargeError: naming the request, its lengths and the limit.
-    """
+    """Raise RequestTooLargeError (naming the request, its lengths and the limit) if a request's final length,
+    ``prompt_len + output_len`` tokens, exceeds the server's ``max_model_len`` (tokens); one wording for all."""
     total = prompt_len + output_len
     if total > max_model_len:
         raise RequestTooLargeError(

@@ -1,31 +1,20 @@
-"""Iteration-level FCFS scheduler with preemption (paper §4.5, following vLLM v0).
+"""Iteration-level FCFS scheduler with preemption (paper §4.5, as in vLLM).
 
-Every iteration the scheduler decides which sequence groups run:
+Each iteration is either
 
-1. If nothing is swapped out, admit waiting groups in arrival order while the KV cache manager
-   can place their prompts and the batch budgets allow; if any were admitted, this iteration
-   is a **prefill** of just those groups. The budgets count what a group will run: its peak number
-   of sequences (``n`` samples, or the beam width) against ``max_num_seqs``, and the tokens its
-   prefill computes (a prompt its sequences share, once) against ``max_num_batched_tokens``.
-2. Otherwise it is a **decode** of every running group. A group that cannot get a slot for its
-   next token makes the scheduler preempt the *latest-arriving* running group (possibly itself)
-   until it can: by **recomputation** (free its blocks; it is prefilled again later with prompt
-   plus generated tokens) or by **swapping** its blocks to CPU memory. Whole groups are
-   preempted and resumed together; as in vLLM 0.1, a group of several sequences (parallel samples,
-   beam candidates) is swapped in either mode, a single sequence only in ``"swap"`` mode (a group the
-   CPU swap space cannot hold, or on a manager without one, is recomputed). While any group is swapped out no new group is admitted,
-   and swapped groups come back (FCFS) as soon as they fit. A group preempted by recomputation
-   is prefilled again sharing what it shared before (its prompt once, forked again), and a
-   swapped-out group comes back as soon as its blocks (each shared block once) and the blocks its
-   next tokens need fit in the free memory; the watermark only holds back new requests.
+1. a **prefill** of the waiting groups admitted in arrival order while nothing is swapped out, the KV cache
+   manager can place them and the budgets allow: a group's peak sequences (``n`` samples or the beam width)
+   count against ``max_num_seqs``, the tokens its prefill computes (a shared prompt once) against
+   ``max_num_batched_tokens``; or, if none is admitted,
+2. a **decode** of every running group. While a group cannot get a slot for its next token, the
+   *latest-arriving* running group (possibly itself) is preempted, whole: by **recomputation** (its blocks are
+   freed; it is prefilled again later, generated tokens included, sharing what it shared) or by **swapping**
+   its blocks to CPU memory. Groups of several sequences are swapped in either mode, a single sequence only
+   in ``"swap"`` mode; a group the swap space cannot hold is recomputed. While any group is swapped out none
+   is admitted; swapped groups return FCFS once they fit (the watermark only holds back new requests).
 
-A request leaves the scheduler when it finishes or is aborted (:meth:`Scheduler.abort_seq_group`,
-vLLM's name): an aborted request's sequences give back every block they hold, a shared block only
-when its last holder leaves, and end with ``finish_reason="abort"``. Request and sequence ids are
-unique among the requests the scheduler holds; a duplicate is refused when it is added.
-
-The scheduler only talks to a :class:`paged.core.kv_cache_manager.KVCacheManager`, so the same code drives
-the paged manager and the contiguous Orca baselines.
+A request leaves when it finishes or is aborted (:meth:`Scheduler.abort_seq_group`). The scheduler uses only
+the :class:`~paged.core.kv_cache_manager.KVCacheManager` interface, so it drives paged and Orca managers alike.
 """
 
 from __future__ import annotations
@@ -44,41 +33,25 @@ PREEMPTION_MODES = ("recompute", "swap")
 
 @dataclass(slots=True)
 class SchedulerOutputs:
-    """What one iteration runs.
+    """What one iteration runs; the block pairs are copied before it runs."""
 
-    Attributes:
-        scheduled_seq_groups: groups whose running sequences run this iteration.
-        is_prefill: True for a prefill iteration, False for a decode iteration.
-        num_batched_tokens: tokens whose KV this iteration computes (tokens); a property: what the
-            scheduler counted for a prefill, else counted from the groups when read (one per running
-            sequence of a decode; :meth:`prefill_token_counts` of a prefill built by hand), so read
-            it before the iteration executes (sequences that finish in it stop counting). O(sequences)
-            when counted, so the decode step does not pay for it unless something reads it. Set it
-            (an int ≥ 0, or None to count) after construction; the constructor does not take it.
-        blocks_to_swap_in: ``(cpu_block, gpu_block)`` copies before the iteration.
-        blocks_to_swap_out: ``(gpu_block, cpu_block)`` copies before the iteration.
-        blocks_to_copy: copy-on-write ``(src_block, dst_block)`` copies before the iteration.
-        preempted: groups preempted this iteration (recomputation or swap).
-        prefill_seqs: prefill only: ``(sequence, start)`` for every sequence the prefill places, in
-            batch order: the prefill computes its tokens ``start .. num_tokens - 1`` (the earlier ones
-            are already in the cache: a prefix-cache hit, a reserved prefix, or blocks an earlier
-            sequence of its group computes); ``start == num_tokens`` means it takes the logits of its
-            group's first sequence (a parallel sample of a new request), see
-            :meth:`paged.core.kv_cache_manager.KVCacheManager.allocate`.
-    """
-
-    scheduled_seq_groups: list[SequenceGroup]
-    is_prefill: bool
+    scheduled_seq_groups: list[SequenceGroup]  #: groups whose running sequences run
+    is_prefill: bool  #: a prefill iteration, else a decode
     _num_batched_tokens: int | None = field(default=None, repr=False)
-    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)
-    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)
-    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
-    preempted: list[SequenceGroup] = field(default_factory=list)
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  #: ``(cpu_block, gpu_block)``
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  #: ``(gpu_block, cpu_block)``
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  #: copy-on-write ``(src, dst)``
+    preempted: list[SequenceGroup] = field(default_factory=list)  #: by recomputation or swap
+    #: prefill only: ``(sequence, start)`` per placed sequence, in batch order; the prefill computes tokens
+    #: ``start .. num_tokens - 1``, the rest are cached (``start == num_tokens``: it takes its group's first
+    #: logits; :meth:`~paged.core.kv_cache_manager.KVCacheManager.allocate`)
     prefill_seqs: list[tuple[Sequence, int]] = field(default_factory=list)
 
     @property
     def num_batched_tokens(self) -> int:
-        """Tokens whose KV this iteration computes (tokens; class docstring)."""
+        """Tokens whose KV the iteration computes: the scheduler's count for a prefill, else counted when read
+        (O(sequences)), so read it before the iteration runs. Settable after construction to an int ≥ 0 (else
+        ValueError), or None to count; the constructor does not take it."""
         if self._num_batched_tokens is not None:
             return self._num_batched_tokens
         if self.is_prefill:
@@ -98,10 +71,8 @@ class SchedulerOutputs:
         return not self.scheduled_seq_groups
 
     def prefill_token_counts(self) -> list[int]:
-        """Tokens each computed sequence of this prefill computes (tokens), from :attr:`prefill_seqs`:
-        a prompt shared by a group's samples counts once, cached tokens not at all. Outputs built by
-        hand without ``prefill_seqs``: every running sequence of the scheduled groups computes all of
-        its tokens. O(sequences)."""
+        """Tokens each computed sequence of this prefill computes, per :attr:`prefill_seqs` (if empty: all tokens of
+        every running sequence of the scheduled groups). O(sequences)."""
         if self.prefill_seqs:
             return [seq.num_tokens - start for seq, start in self.prefill_seqs if start < seq.num_tokens]
         running = SequenceStatus.RUNNING
@@ -109,19 +80,14 @@ class SchedulerOutputs:
 
 
 class Scheduler:
-    """FCFS iteration-level scheduler over one KV cache manager (§4.5).
+    """FCFS iteration-level scheduler over one KV cache manager (§4.5; module docstring). Raises ValueError on
+    an unknown ``preemption_mode`` or a budget < 1.
 
     Args:
         kv_manager: a paged or contiguous KV cache manager.
         max_num_seqs: most sequences running at once (vLLM's default 256).
-        max_num_batched_tokens: most prompt tokens in one prefill iteration (tokens; vLLM's
-            default 2048 for 2048-token models).
-        preemption_mode: ``"recompute"`` (vLLM 0.1's default: single sequences recomputed, groups of
-            several swapped) or ``"swap"`` (every group swapped). A group the CPU swap space cannot hold
-            is recomputed instead.
-
-    Raises:
-        ValueError: on an unknown preemption mode or non-positive budgets.
+        max_num_batched_tokens: most prompt tokens in one prefill iteration (tokens; vLLM's default 2048).
+        preemption_mode: ``"recompute"`` (the paper's vLLM default; groups of several are swapped) or ``"swap"``.
     """
 
     def __init__(
@@ -144,20 +110,13 @@ class Scheduler:
         self.running: list[SequenceGroup] = []  # sorted by arrival time
         self.swapped: deque[SequenceGroup] = deque()
         self.num_preemptions = 0
-        # request id -> (its group, its sequence ids when added), while waiting, running or swapped out
-        self._groups: dict = {}
+        self._groups: dict = {}  # request id -> (group, its sequence ids), while waiting, running or swapped
         self._seq_ids: set[int] = set()  # the sequence ids of those groups
 
-    # -- queue management -------------------------------------------------------------
     def add_seq_group(self, seq_group: SequenceGroup) -> None:
-        """Queue a new request (FCFS by the order of calls).
-
-        Raises:
-            ValueError: if a sequence has an empty prompt or the output length is < 1, or the request id
-                or a sequence id is already held by a request of this scheduler (or repeats in the group).
-            RequestTooLargeError: if the request could never fit in the KV cache or in one
-                prefill iteration, or runs more sequences at once than ``max_num_seqs``.
-        """
+        """Queue a new request (FCFS by call order). Raises ValueError for an empty prompt, an output length < 1,
+        or a request or sequence id already held (or repeated); RequestTooLargeError if the request could never
+        fit in the KV cache or one prefill, or runs more than ``max_num_seqs`` sequences at once."""
         if seq_group.request_id in self._groups:
             raise ValueError(f"request id {seq_group.request_id!r} is already waiting, running or swapped out")
         seq_ids = [seq.seq_id for seq in seq_group.seqs]
@@ -189,20 +148,16 @@ class Scheduler:
         self._seq_ids.update(seq_ids)
 
     def _forget(self, seq_group: SequenceGroup) -> None:
-        """The group has left (finished or aborted): its ids may be used again."""
+        """The group has left (finished or aborted): free its ids."""
         entry = self._groups.get(seq_group.request_id)
         if entry is not None and entry[0] is seq_group:
             del self._groups[seq_group.request_id]
             self._seq_ids.difference_update(entry[1])
 
     def abort_seq_group(self, request_id) -> SequenceGroup | None:
-        """Abort one waiting, running or swapped-out request (vLLM's ``abort_seq_group``): its sequences
-        give back their KV space (a block shared with another request only when its last holder leaves)
-        and end ``FINISHED`` with ``finish_reason="abort"``; the other requests are untouched.
-
-        Returns the aborted group, or None for an id the scheduler does not hold (unknown, finished or
-        already aborted): a no-op, as in vLLM. O(sequences + queued requests).
-        """
+        """Abort a waiting, running or swapped-out request: its sequences give back their KV space (a shared block
+        when its last holder leaves) and end with ``finish_reason="abort"``. Returns the group, or None (a no-op,
+        as in vLLM) for an id not held. O(sequences + queued requests)."""
         entry = self._groups.get(request_id)
         if entry is None:
             return None
@@ -216,10 +171,9 @@ class Scheduler:
         return group
 
     def abort_all(self) -> list[SequenceGroup]:
-        """Abort every request the scheduler holds (:meth:`abort_seq_group`), e.g. after an
-        interrupted iteration; returns them in arrival order. O(sequences)."""
-        # From the id table, not the queues: an interrupt can fall between a group leaving one queue and
-        # joining another.
+        """Abort every request held (:meth:`abort_seq_group`), e.g. after an interrupted iteration; returns them
+        in arrival order. O(sequences)."""
+        # From the id table: an interrupt can fall between a group's leaving one queue and joining another.
         groups = [group for group, _ in list(self._groups.values())]
         self.running, self.swapped, self.waiting = [], deque(), deque()
         for group in groups:
@@ -241,14 +195,11 @@ class Scheduler:
         return bool(self.waiting or self.running or self.swapped)
 
     def num_reserved_seqs(self) -> int:
-        """Sequences the running groups will run at once (each group's ``peak_num_seqs``), which
-        ``max_num_seqs`` bounds: a beam group counts its width from its prefill on. O(groups)."""
+        """Sequences the running groups will run at once (their ``peak_num_seqs``), for ``max_num_seqs``. O(groups)."""
         return sum(max(len(group.seqs), group.max_num_seqs) for group in self.running)
 
-    # -- one iteration ----------------------------------------------------------------
     def schedule(self) -> SchedulerOutputs:
-        """Decide the next iteration (module docstring): a prefill of waiting groups if any is admitted,
-        else a decode of the running groups."""
+        """Decide the next iteration: a prefill if any waiting group is admitted, else a decode (module docstring)."""
         if not self.swapped:
             outputs = self.schedule_prefills()
             if outputs.scheduled_seq_groups:
@@ -256,9 +207,8 @@ class Scheduler:
         return self.schedule_decodes()
 
     def schedule_prefills(self) -> SchedulerOutputs:
-        """Step 1 of :meth:`schedule`: admit waiting groups in arrival order into a prefill iteration while
-        the KV cache manager can place them and the budgets allow (module docstring). Schedules none
-        while a group is swapped out. O(admitted groups + running groups)."""
+        """Step 1 of :meth:`schedule`: admit waiting groups into a prefill, none while a group is swapped out.
+        O(admitted + running groups)."""
         outputs = SchedulerOutputs([], is_prefill=True)
         if self.swapped or not self.waiting:
             return outputs
@@ -270,7 +220,7 @@ class Scheduler:
             group = self.waiting[0]
             waiting_seqs = group.get_seqs(SequenceStatus.WAITING)
             group_tokens = manager.prefill_tokens(group)
-            # FCFS: the first group that does not fit ends the admission (nobody overtakes the head).
+            # FCFS: the first group that does not fit ends admission (nobody overtakes the head).
             if budget + group_tokens > self.max_num_batched_tokens and outputs.scheduled_seq_groups:
                 break
             if manager.can_allocate(group) is not AllocStatus.OK:
@@ -294,10 +244,8 @@ class Scheduler:
         return outputs
 
     def schedule_decodes(self) -> SchedulerOutputs:
-        """Step 2 of :meth:`schedule`: a decode of every running group. Walking the groups earliest
-        arrival first, each gets a slot for its next token; while one cannot, the latest-arriving group
-        still running is preempted (the group itself when it is the latest). Then swapped-out groups come
-        back if nothing was preempted (module docstring). O(sequences)."""
+        """Step 2 of :meth:`schedule`: decode every running group, earliest first, preempting the latest while one
+        lacks a slot; if none was preempted, swap groups back in. O(sequences)."""
         outputs = SchedulerOutputs([], is_prefill=False)
         manager = self.kv_manager
         queue = deque(self.running)  # earliest arrival first
@@ -320,9 +268,8 @@ class Scheduler:
         return outputs
 
     def schedule_swap_in(self, outputs: SchedulerOutputs) -> None:
-        """The end of a decode step that preempted nothing: bring swapped-out groups back, first out first
-        in, while they fit (no watermark) and ``max_num_seqs`` allows, their swaps and copies recorded in
-        ``outputs``. O(swapped groups + running groups)."""
+        """After a decode that preempted nothing: swap groups back in, FCFS, while they fit (no watermark) and
+        ``max_num_seqs`` allows; swaps and copies go to ``outputs``. O(swapped + running groups)."""
         if not self.swapped:
             return
         num_seqs = self.num_reserved_seqs()
@@ -340,11 +287,9 @@ class Scheduler:
             num_seqs += n
 
     def preempt(self, group: SequenceGroup, outputs: SchedulerOutputs) -> None:
-        """Preempt a whole running group and record it in ``outputs`` (§4.5): swap its blocks out when the
-        mode is ``"swap"``, or when the group runs several sequences (vLLM 0.1 swaps those in either mode:
-        it cannot recompute a group), if the CPU space holds them; else free them for recomputation (the
-        group goes back to the head of the waiting queue). The caller takes it out of :attr:`running`.
-        O(the group's blocks)."""
+        """Preempt a whole running group, recorded in ``outputs`` (§4.5): swapped out (in ``"swap"`` mode, or if it
+        runs several sequences) when the CPU space holds it, else freed for recomputation and put at the head of
+        the waiting queue. The caller removes it from :attr:`running`. O(the group's blocks)."""
         group.num_preemptions += 1
         self.num_preemptions += 1
         outputs.preempted.append(group)
@@ -363,13 +308,9 @@ class Scheduler:
     def _add_running(self, group: SequenceGroup) -> None:
         bisect.insort(self.running, group, key=lambda g: g.arrival_time)
 
-    # -- after an iteration -----------------------------------------------------------
     def fork_seq(self, group: SequenceGroup, parent: Sequence, child: Sequence) -> None:
-        """Add ``child`` to the group, sharing ``parent``'s KV blocks (§4.4). O(parent's blocks).
-
-        Raises:
-            ValueError: if ``child``'s id is held by a sequence of a request this scheduler holds.
-        """
+        """Add ``child`` to the group, sharing ``parent``'s KV blocks (§4.4). O(parent's blocks). Raises ValueError
+        if ``child``'s id is in use by a request held."""
         if child.seq_id in self._seq_ids:
             raise ValueError(f"cannot fork into sequence id {child.seq_id!r}: a request this scheduler holds uses it")
         self.kv_manager.fork(parent, child)

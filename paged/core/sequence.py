@@ -1,14 +1,13 @@
 """Sequences and sequence groups: the scheduler's units of work (paper §4.5).
 
-A :class:`Sequence` is one stream of tokens (a prompt plus what has been generated so far). A
-:class:`SequenceGroup` is one request: the sequences that share its prompt (parallel samples or
-beam candidates). The scheduler admits, preempts and resumes whole groups (§4.5).
+A :class:`Sequence` is one token stream (prompt plus output so far); a :class:`SequenceGroup` is one
+request: the sequences sharing its prompt (parallel samples or beam candidates). The scheduler admits,
+preempts and resumes whole groups.
 
-Token accounting, used everywhere: before a step runs a sequence, its KV cache must have room
-for ``num_tokens`` tokens. A prefill computes the KV of every token it is given and samples one
-new token; a decode computes the KV of the last token and samples the next. So a sequence that
-finishes with ``prompt_len + output_len`` tokens has held at most ``prompt_len + output_len - 1``
-KV slots.
+Token accounting, used everywhere: before a step runs a sequence, its KV cache must have room for
+``num_tokens`` tokens. A prefill computes the KV of every token it is given and samples one; a decode computes
+the last token's KV and samples the next. So a sequence finishing with ``prompt_len + output_len`` tokens
+has held at most ``prompt_len + output_len - 1`` KV slots.
 """
 
 from __future__ import annotations
@@ -31,27 +30,16 @@ class SequenceStatus(enum.Enum):
 
 @dataclass(slots=True, eq=False)
 class Sequence:
-    """One token stream of a request.
+    """One token stream of a request; lengths in tokens."""
 
-    Attributes:
-        seq_id: unique id (int).
-        prompt_len: prompt tokens (tokens, ≥ 1).
-        num_generated: output tokens generated so far (tokens).
-        token_ids: the token ids (prompt then output) when a real model runs; ``None`` in the
-            simulator, which only counts tokens.
-        status: see :class:`SequenceStatus`.
-        parent_seq_id: the sequence this one was forked from (beam search / sampling), or None.
-        finish_reason: once finished: ``"stop"`` (a stop or end-of-sequence token), ``"length"``
-            (its output length or ``max_tokens`` reached), ``"abort"`` (its request was aborted, or the
-            run it was in was interrupted); None before.
-    """
-
-    seq_id: int
-    prompt_len: int
-    num_generated: int = 0
-    token_ids: list[int] | None = None
+    seq_id: int  #: unique
+    prompt_len: int  #: prompt tokens (≥ 1)
+    num_generated: int = 0  #: output tokens so far
+    token_ids: list[int] | None = None  #: prompt then output ids when a real model runs; None in the simulator
     status: SequenceStatus = SequenceStatus.WAITING
-    parent_seq_id: int | None = None
+    parent_seq_id: int | None = None  #: the sequence this one was forked from (beam search, sampling), or None
+    #: once finished, ``"stop"`` (stop or end-of-sequence token), ``"length"`` (output length or ``max_tokens``
+    #: reached) or ``"abort"`` (request aborted or run interrupted); None before
     finish_reason: str | None = None
 
     @property
@@ -73,47 +61,26 @@ class Sequence:
 
 @dataclass(slots=True, eq=False)
 class SequenceGroup:
-    """One request: the sequences generated from the same prompt.
-
-    Attributes:
-        request_id: the request's id.
-        arrival_time: when the request arrived (seconds).
-        seqs: its sequences; one for greedy/basic sampling, several for parallel sampling or
-            beam search.
-        output_len: output tokens each sequence will generate (tokens). The simulator knows it
-            from the trace; the real engine uses ``max_tokens`` (a stop token may end earlier).
-            Contiguous baselines read it to size reservations (Oracle, Pow2).
-        sampling_params: decoding parameters when a real model runs (engine), else None.
-        first_scheduled_time, first_token_time, finished_time: filled by the executor (seconds).
-        num_preemptions: times the scheduler preempted the group.
-        max_num_seqs: the most sequences the group will hold at once when that is more than it
-            holds now (beam search: its width, reached by forking after the prefill); 0 otherwise.
-        prefix_len: tokens at the start of the prompt that are a prefix shared with other requests
-            and reserved by the service provider (§4.4, "shared prefix": its KV blocks are computed in
-            advance and shared by every request that starts with it); 0 for none. Requests with the
-            same ``prefix_len`` share the same prefix (a trace carries one few-shot prefix).
-        num_cached_tokens: prompt tokens whose KV was already in the cache at the group's first
-            prefill (prefix-cache hits or a reserved prefix), set by the scheduler (vLLM's name).
-        aborted: True once the request was aborted (:meth:`paged.core.Scheduler.abort_seq_group`)
-            or the run serving it was interrupted.
-
-    The real engine's groups (:class:`paged.engine.sequence_group.EngineSequenceGroup`) add typed
-    sampling state (generator, beam search state).
-    """
+    """One request: the sequences generated from one prompt; lengths in tokens, times in seconds. The engine's
+    subclass (:class:`paged.engine.sequence_group.EngineSequenceGroup`) adds sampling state."""
 
     request_id: Any
     arrival_time: float
-    seqs: list[Sequence]
+    seqs: list[Sequence]  #: one, or several for parallel sampling or beam search
+    #: output tokens each sequence will generate: the trace's (simulator) or ``max_tokens`` (engine; a stop token
+    #: may end earlier). Orca's Oracle and Pow2 size reservations by it.
     output_len: int
-    sampling_params: Any = None
-    first_scheduled_time: float | None = None
+    sampling_params: Any = None  #: decoding parameters when a real model runs
+    first_scheduled_time: float | None = None  #: this and the next two are set by the executor
     first_token_time: float | None = None
     finished_time: float | None = None
     num_preemptions: int = 0
-    max_num_seqs: int = 0
+    max_num_seqs: int = 0  #: the most sequences held at once if more than now (a beam width, reached by forking)
+    #: leading prompt tokens forming a provider-reserved prefix whose KV is computed in advance and shared
+    #: (§4.4, "shared prefix"); 0 for none. Equal ``prefix_len`` means the same prefix.
     prefix_len: int = 0
-    num_cached_tokens: int = 0
-    aborted: bool = False
+    num_cached_tokens: int = 0  #: prompt tokens already cached at the first prefill; set by the scheduler
+    aborted: bool = False  #: the request was aborted, or the run serving it interrupted
 
     @property
     def prompt_len(self) -> int:

@@ -1,27 +1,16 @@
 """The serving loop (paper §4.5): arrivals, the scheduler and an executor, one iteration at a time.
 
-The simulator and the real engine serve requests through this same loop over the same
-:class:`~paged.core.scheduler.Scheduler`; they differ only in the executor that runs an iteration:
+The simulator and the real engine serve through this loop and the same scheduler; only the executor differs:
+:class:`paged.sim.executor.SimulatedExecutor` (cost-model time; each scheduled sequence gains a token; trace
+output lengths) or :class:`paged.engine.executor.ModelExecutor` (a real model on the paged KV cache,
+wall-clock time, sampling and beam search decide tokens and stops).
 
-* :class:`paged.sim.executor.SimulatedExecutor`: time from a cost model, every scheduled sequence
-  gains one token, and a request finishes at its trace output length;
-* :class:`paged.engine.executor.ModelExecutor`: a real model on the paged KV cache, wall-clock time,
-  sampling and beam search decide the tokens and when a request stops.
-
-One iteration of :meth:`ServingLoop.step`: admit the requests that have arrived by the executor's
-clock; if nothing is left to run, idle until the next arrival; otherwise ask the scheduler for a
-prefill or a decode iteration, record where KV memory is while requests wait (Fig. 2), let the
-executor run it, and retire the requests that finished. (The simulator's fast path,
-:mod:`paged.sim.fast`, overrides :meth:`ServingLoop.run_iteration` to apply a run of identical decode
-iterations at once, with the same results.)
-
-Nothing is left half-done when something escapes an iteration (``KeyboardInterrupt`` from a
-notebook's *Interrupt*, an exception from the model, the sampler or a callback): before it
-propagates, the prefix-cache entries of blocks whose KV the iteration was to write are forgotten
-(:meth:`~paged.core.KVCacheManager.rollback_uncomputed`), every request of the loop is aborted, so
-each block it held (GPU and swap space) goes back, and the loop has no work left. The KV cache
-manager is then exactly as usable as before the loop started, less nothing. One request can be
-aborted between iterations with :meth:`ServingLoop.abort_request`.
+One :meth:`ServingLoop.step`: admit the requests that arrived by the executor's clock; if none is left to
+run, idle until the next arrival; else schedule a prefill or decode, record KV memory while requests wait
+(Fig. 2), let the executor run it and retire finished requests. If anything escapes an iteration
+(``KeyboardInterrupt``, an exception from the model, sampler or a callback), every request is aborted and
+uncomputed prefix-cache entries are forgotten before it propagates (:meth:`ServingLoop.abandon`): the KV
+cache manager is left as usable as before the loop started.
 """
 
 from __future__ import annotations
@@ -39,11 +28,7 @@ __all__ = ["Executor", "ServingLoop", "ServingResult"]
 
 
 class Executor(Protocol):
-    """What the serving loop needs from an executor.
-
-    Attributes:
-        now: the executor's clock (seconds since the run started).
-    """
+    """What the serving loop needs from an executor; ``now`` is its clock (seconds since the run started)."""
 
     now: float
 
@@ -52,90 +37,59 @@ class Executor(Protocol):
         ...
 
     def execute(self, scheduler: Scheduler, outputs: SchedulerOutputs) -> bool:
-        """Run one scheduled iteration: advance the clock, give every running sequence of the scheduled
-        groups its next token and ``scheduler.finish_seq`` those that are done. Returns True if any
-        sequence finished."""
+        """Run one iteration: advance the clock, give each running sequence of the scheduled groups its next
+        token, ``scheduler.finish_seq`` those done; True if any finished."""
         ...
 
 
 @dataclass(slots=True)
 class ServingResult:
-    """What one served run produced.
+    """What one served run produced; times in seconds, counts summed over iterations."""
 
-    Attributes:
-        groups: every request's :class:`~paged.core.SequenceGroup`, with its times (seconds).
-        num_iterations: iterations run (prefill and decode).
-        duration: the executor's clock at the last finish (seconds).
-        memory: KV memory shares while requests waited (:class:`~paged.core.metrics.MemoryStats`),
-            if recorded.
-        batched_requests_sum: sum over iterations of the scheduled groups, for the average batch.
-        num_preemptions: preemptions (recomputation or swap), total.
-        sharing: KV blocks with and without sharing at every iteration
-            (:class:`~paged.core.metrics.SharingStats`), if recorded.
-        num_prefill_iterations: the prefill iterations among ``num_iterations``.
-        prefill_batched_requests_sum: the part of ``batched_requests_sum`` from prefill iterations.
-        prefill_tokens: tokens computed by prefill iterations (tokens).
-        recomputed_tokens: the part of ``prefill_tokens`` that recomputes sequences preempted after
-            they had generated (§4.5 recomputation: prompt + generated tokens again).
-        busy_seconds: executor time spent running iterations (idle waits left out; seconds).
-        batched_requests_seconds: sum over iterations of scheduled groups × the iteration's
-            seconds, for the time-weighted average batch (request-seconds).
-        kv_copy_tokens, kv_copy_seconds: KV copied inside device memory by the forks of a
-            contiguous system (a beam taking another beam's history, §4.4): tokens, and the
-            seconds the time model charged for them (part of ``busy_seconds``); set by the simulator.
-        cow_blocks, cow_seconds: copy-on-write block copies (paged, §4.4) and their seconds (part
-            of ``busy_seconds``); set by the simulator.
-    """
-
-    groups: list[SequenceGroup]
-    num_iterations: int = 0
-    duration: float = 0.0
-    memory: MemoryStats = field(default_factory=MemoryStats)
-    batched_requests_sum: int = 0
-    num_preemptions: int = 0
-    sharing: SharingStats = field(default_factory=SharingStats)
+    groups: list[SequenceGroup]  #: every request, with its times
+    num_iterations: int = 0  #: prefill and decode
+    duration: float = 0.0  #: the executor's clock at the last finish
+    memory: MemoryStats = field(default_factory=MemoryStats)  #: KV memory while requests waited, if recorded
+    batched_requests_sum: int = 0  #: scheduled groups
+    num_preemptions: int = 0  #: recomputation or swap
+    sharing: SharingStats = field(default_factory=SharingStats)  #: blocks with and without sharing, if recorded
     num_prefill_iterations: int = 0
-    prefill_batched_requests_sum: int = 0
-    prefill_tokens: int = 0
-    recomputed_tokens: int = 0
-    busy_seconds: float = 0.0
-    batched_requests_seconds: float = 0.0
-    kv_copy_tokens: int = 0
-    kv_copy_seconds: float = 0.0
-    cow_blocks: int = 0
-    cow_seconds: float = 0.0
+    prefill_batched_requests_sum: int = 0  #: scheduled groups of prefill iterations
+    prefill_tokens: int = 0  #: tokens computed by prefill iterations
+    recomputed_tokens: int = 0  #: of those, tokens of sequences preempted after they had generated (§4.5)
+    busy_seconds: float = 0.0  #: executor time running iterations (idle waits left out)
+    batched_requests_seconds: float = 0.0  #: scheduled groups × iteration seconds (request-seconds)
+    kv_copy_tokens: int = 0  #: KV tokens copied on device by a contiguous system's forks (§4.4; simulator)
+    kv_copy_seconds: float = 0.0  #: their charged seconds, part of ``busy_seconds``
+    cow_blocks: int = 0  #: copy-on-write block copies (paged, §4.4; simulator)
+    cow_seconds: float = 0.0  #: their seconds, part of ``busy_seconds``
 
     @property
     def avg_batched_requests(self) -> float:
-        """Mean number of requests in an iteration's batch, prefill iterations included (requests)."""
+        """Mean requests per iteration's batch, prefill iterations included (requests)."""
         return self.batched_requests_sum / self.num_iterations if self.num_iterations else 0.0
 
     @property
     def avg_decode_batched_requests(self) -> float:
-        """Mean number of requests in a decode iteration's batch, prefill iterations left out (requests)."""
+        """Mean requests per decode iteration's batch (requests)."""
         n = self.num_iterations - self.num_prefill_iterations
         return (self.batched_requests_sum - self.prefill_batched_requests_sum) / n if n else 0.0
 
     @property
     def time_avg_batched_requests(self) -> float:
-        """Mean number of requests in the running batch per second of busy time (requests)."""
+        """Mean requests in the running batch, weighted by busy seconds (requests)."""
         return self.batched_requests_seconds / self.busy_seconds if self.busy_seconds else 0.0
 
 
 class ServingLoop:
-    """Serve ``groups`` (sorted by arrival time) with ``scheduler`` and ``executor`` (module docstring).
+    """Serve ``groups`` with a fresh ``scheduler`` and an :class:`Executor` (module docstring). Raises ValueError
+    unless ``groups`` are sorted by ``arrival_time`` (seconds on the executor's clock).
 
     Args:
-        scheduler: a fresh scheduler (its KV cache manager is the one memory is recorded from).
-        executor: a :class:`Executor`.
-        groups: the requests, sorted by ``arrival_time`` (seconds on the executor's clock).
         record_memory: record the KV memory breakdown at each iteration while requests wait.
-        record_sharing: record the KV blocks held with and without sharing at every iteration
-            (Fig. 15); every iteration is then run one at a time (no fast-forward), same results.
+        record_sharing: record the blocks held with and without sharing every iteration (Fig. 15); iterations
+            then run one at a time (no fast-forward), with the same results.
         on_finish: called with the groups that finished after each iteration (e.g. a progress bar).
-
-    Raises:
-        ValueError: if ``groups`` are not sorted by arrival time.
     """
 
     __slots__ = ("scheduler", "executor", "groups", "result", "record_memory", "record_sharing", "on_finish", "_next",
@@ -163,12 +117,8 @@ class ServingLoop:
         return self._next < len(self.groups) or self.scheduler.has_unfinished_seqs()
 
     def run(self) -> ServingResult:
-        """Iterate until every request has finished; the :class:`ServingResult`.
-
-        Raises:
-            RuntimeError: if the scheduler can run nothing while requests remain and none is left to
-                arrive (a request that never fits); RequestTooLargeError from admission.
-        """
+        """Iterate until every request has finished; returns the :class:`ServingResult`. Raises RuntimeError if
+        nothing can run while requests remain and none is to arrive; RequestTooLargeError from admission."""
         step = self.step
         while self.has_work:
             step()
@@ -178,9 +128,7 @@ class ServingLoop:
         return result
 
     def _admit_arrivals(self) -> int:
-        """Hand the scheduler every request that has arrived by the executor's clock (except those
-        aborted before they arrived); returns the index in :attr:`groups` of the next one to arrive.
-        O(arrivals)."""
+        """Admit the requests arrived by now, except aborted ones; return the next one's index. O(arrivals)."""
         groups, scheduler, aborted = self.groups, self.scheduler, self._aborted
         num_groups, nxt, now = len(groups), self._next, self.executor.now
         while nxt < num_groups and groups[nxt].arrival_time <= now:
@@ -191,14 +139,8 @@ class ServingLoop:
         return nxt
 
     def step(self) -> list[SequenceGroup]:
-        """One iteration of the loop (module docstring); the groups that finished in it.
-
-        Whatever escapes the iteration (an exception, ``KeyboardInterrupt``) first aborts every request
-        of the loop (:meth:`abandon`), then propagates.
-
-        Raises:
-            RuntimeError: as :meth:`run`.
-        """
+        """One iteration (module docstring); returns the groups that finished in it. Raises as :meth:`run`; whatever
+        escapes (an exception, ``KeyboardInterrupt``) first aborts every request (:meth:`abandon`)."""
         try:
             scheduler, executor, groups = self.scheduler, self.executor, self.groups
             num_groups = len(groups)
@@ -247,10 +189,9 @@ class ServingLoop:
             raise
 
     def run_iteration(self, outputs: SchedulerOutputs, next_arrival_time: float) -> tuple[int, bool]:
-        """Run the scheduled iteration: record the KV memory breakdown (while requests wait) and the blocks
-        held with and without sharing, if asked, then let the executor run it. Returns ``(iterations run,
-        any sequence finished)``: always one iteration here (``next_arrival_time``, seconds, lets a
-        subclass run several identical ones at once: :class:`paged.sim.fast.loop.FastServingLoop`)."""
+        """Record the KV memory breakdown (while requests wait) and sharing, if asked; let the executor run the
+        iteration. Returns ``(iterations run, any sequence finished)``: always 1 here; the simulator's fast path
+        (:class:`paged.sim.fast.loop.FastServingLoop`) runs identical ones at once, up to ``next_arrival_time`` (s)."""
         scheduler, result = self.scheduler, self.result
         if self.record_memory and scheduler.waiting:
             result.memory.add(scheduler.kv_manager.memory_usage(scheduler.running))
@@ -259,13 +200,9 @@ class ServingLoop:
         return 1, self.executor.execute(scheduler, outputs)
 
     def abort_request(self, request_id) -> bool:
-        """Abort one request between iterations, wherever it is (still to arrive, waiting, running,
-        swapped out): its blocks go back (shared ones when their last holder leaves), its sequences end
-        with ``finish_reason="abort"`` and ``group.aborted``; the others are served as without it.
-
-        Returns True if it was aborted, False for an id that is unknown or already finished or
-        aborted (a no-op, as vLLM's ``abort_request``). O(requests).
-        """
+        """Abort a request between iterations, wherever it is (even still to arrive), as
+        :meth:`Scheduler.abort_seq_group` does; the others are served as without it. True if aborted; False (a
+        no-op, as in vLLM) for an id unknown, finished or already aborted. O(requests)."""
         now = self.executor.now
         group = self.scheduler.abort_seq_group(request_id)
         if group is None:
@@ -278,10 +215,8 @@ class ServingLoop:
         return True
 
     def abandon(self) -> list[SequenceGroup]:
-        """Give everything back after an interrupted iteration: forget the prefix-cache entries whose
-        KV was not written, abort every request of the loop (those still to arrive too), and leave no
-        work. Returns the requests it aborted. Called by :meth:`step` when something escapes it; safe
-        to call again. O(blocks held)."""
+        """After an interrupted iteration: forget uncomputed prefix-cache entries, abort every request (those to
+        arrive too), leave no work; returns those aborted. Called by :meth:`step`; safe to repeat. O(blocks held)."""
         self.scheduler.kv_manager.rollback_uncomputed()
         aborted = self.scheduler.abort_all()
         now = self.executor.now
@@ -294,7 +229,7 @@ class ServingLoop:
         return aborted
 
     def _count_prefill(self, outputs: SchedulerOutputs) -> None:
-        """Add a prefill iteration's requests and tokens (recomputed ones apart) to the result."""
+        """Count a prefill iteration's requests and tokens (recomputed ones apart)."""
         result = self.result
         result.num_prefill_iterations += 1
         result.prefill_batched_requests_sum += len(outputs.scheduled_seq_groups)
@@ -311,7 +246,7 @@ class ServingLoop:
 
 
 def _mark_aborted(group: SequenceGroup) -> None:
-    """A request aborted before it arrived (it holds no block): its sequences end with ``"abort"``."""
+    """Abort a request that has not arrived (it holds no block)."""
     for seq in group.seqs:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = "abort"
