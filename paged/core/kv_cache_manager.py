@@ -4,7 +4,7 @@ Two kinds of manager implement it: the paged one (:class:`paged.block.PagedKVCac
 on demand) and the contiguous baselines of the paper's Orca systems (:class:`paged.contiguous.ContiguousKVCacheManager`,
 one buddy-allocated reservation per sequence). The scheduler, engine and simulator call only the methods
 below, so none knows which manager it drives; ``tests/core/test_kv_cache_manager.py`` runs the same contract
-against every manager. Method names follow vLLM's ``BlockSpaceManager``.
+against every manager. Method names follow vLLM v0's ``BlockSpaceManager``.
 """
 
 from __future__ import annotations

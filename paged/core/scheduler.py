@@ -1,4 +1,4 @@
-"""Iteration-level FCFS scheduler with preemption (paper §4.5, as in vLLM).
+"""Iteration-level FCFS scheduler with preemption (paper §4.5, as in vLLM 0.1, the paper's version).
 
 Each iteration is either
 
@@ -9,9 +9,10 @@ Each iteration is either
 2. a **decode** of every running group. While a group cannot get a slot for its next token, the
    *latest-arriving* running group (possibly itself) is preempted, whole: by **recomputation** (its blocks are
    freed; it is prefilled again later, generated tokens included, sharing what it shared) or by **swapping**
-   its blocks to CPU memory. Groups of several sequences are swapped in either mode, a single sequence only
-   in ``"swap"`` mode; a group the swap space cannot hold is recomputed. While any group is swapped out none
-   is admitted; swapped groups return FCFS once they fit (the watermark only holds back new requests).
+   its blocks to CPU memory. Groups of several sequences are swapped in either mode (vLLM 0.1 cannot recompute
+   them), a single sequence only in ``"swap"`` mode; a group the swap space cannot hold is recomputed. While
+   any group is swapped out none is admitted; swapped groups return FCFS once they fit (the watermark only
+   holds back new requests).
 
 A request leaves when it finishes or is aborted (:meth:`Scheduler.abort_seq_group`). The scheduler uses only
 the :class:`~paged.core.kv_cache_manager.KVCacheManager` interface, so it drives paged and Orca managers alike.
@@ -87,7 +88,7 @@ class Scheduler:
         kv_manager: a paged or contiguous KV cache manager.
         max_num_seqs: most sequences running at once (vLLM's default 256).
         max_num_batched_tokens: most prompt tokens in one prefill iteration (tokens; vLLM's default 2048).
-        preemption_mode: ``"recompute"`` (the paper's vLLM default; groups of several are swapped) or ``"swap"``.
+        preemption_mode: ``"recompute"`` (vLLM 0.1's default; groups of several are swapped) or ``"swap"``.
     """
 
     def __init__(
