@@ -20,7 +20,7 @@ from paged.block.copy_on_write import copies_for_writers
 from paged.block.prefill_plan import HIT, NEW, PREFIX, PrefillPlan, plan_prefill
 from paged.block.prefix_caching import PrefixCachingBlockAllocator, hash_block_tokens
 from paged.block.sequence_hashes import SequenceHashes
-from paged.core.checks import as_int, as_positive_int
+from paged.core.checks import as_positive_int
 from paged.core.kv_cache_manager import AllocStatus, MemoryUsage
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
@@ -46,9 +46,8 @@ class PagedKVCacheManager:
         if isinstance(watermark, bool) or not isinstance(watermark, (int, float)) or not 0.0 <= watermark < 1.0:
             raise ValueError(f"watermark must be a number in [0, 1), got {watermark!r}")
         num_gpu_blocks = as_positive_int(num_gpu_blocks, "num_gpu_blocks")
-        num_cpu_blocks = as_int(num_cpu_blocks, "num_cpu_blocks")
-        if num_cpu_blocks < 0:
-            raise ValueError(f"num_cpu_blocks must be ≥ 0 (0: no swap space), got {num_cpu_blocks}")
+        if num_cpu_blocks != 0:  # 0: no swap space
+            num_cpu_blocks = as_positive_int(num_cpu_blocks, "num_cpu_blocks (0 for no swap space)")
         if enable_prefix_caching:
             self.gpu_allocator: BlockAllocator = PrefixCachingBlockAllocator(num_gpu_blocks, block_size, hash_fn=hash_fn)
         else:
@@ -90,11 +89,16 @@ class PagedKVCacheManager:
         final_blocks = _cdiv(seq_group.prompt_len + seq_group.output_len - 1, self.block_size)
         return shared + seq_group.peak_num_seqs * (final_blocks - shared)
 
-    def _held_error(self, seq_group: SequenceGroup) -> ValueError:
-        """The error for waiting sequences that already hold a table (its blocks would leak)."""
-        held = [seq.seq_id for seq in seq_group.get_seqs(SequenceStatus.WAITING) if seq.seq_id in self.block_tables]
-        return ValueError(f"sequence(s) {held} of request {seq_group.request_id} already hold blocks: "
-                          f"free them (or preempt the group) before allocating again")
+    def _check_allocatable(self, seq_group: SequenceGroup) -> None:
+        """Refuse, before anything changes, a group with no waiting sequence or whose waiting sequences
+        already hold blocks (a second table would leak the first). O(sequences). Raises ValueError."""
+        waiting = seq_group.get_seqs(SequenceStatus.WAITING)
+        if not waiting:
+            raise ValueError(f"request {seq_group.request_id} has no waiting sequence to allocate blocks for")
+        held = [seq.seq_id for seq in waiting if seq.seq_id in self.block_tables]
+        if held:
+            raise ValueError(f"sequence(s) {held} of request {seq_group.request_id} already hold blocks: "
+                             f"free them (or preempt the group) before allocating again")
 
     @staticmethod
     def _no_table_error(seq: Sequence) -> KeyError:
@@ -129,10 +133,7 @@ class PagedKVCacheManager:
         evicts one), then new and sibling-shared ones; new samples fork the first sequence. Returns each waiting
         sequence's first token to compute. O(blocks). Raises OutOfBlocksError without a successful
         :meth:`can_allocate`, ValueError if a waiting sequence already holds blocks."""
-        tables = self.block_tables
-        for seq in seq_group.seqs:
-            if seq.seq_id in tables and seq.status is SequenceStatus.WAITING:
-                raise self._held_error(seq_group)
+        self._check_allocatable(seq_group)
         allocator = self.gpu_allocator
         plan = self._plan(seq_group)
         if plan.needed > allocator.num_free_blocks:

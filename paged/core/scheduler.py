@@ -24,6 +24,7 @@ import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
+from paged.core.checks import as_positive_int
 from paged.core.kv_cache_manager import AllocStatus, KVCacheManager, RequestTooLargeError
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
@@ -101,11 +102,9 @@ class Scheduler:
     ) -> None:
         if preemption_mode not in PREEMPTION_MODES:
             raise ValueError(f"preemption_mode must be one of {PREEMPTION_MODES}, got {preemption_mode!r}")
-        if max_num_seqs < 1 or max_num_batched_tokens < 1:
-            raise ValueError("max_num_seqs and max_num_batched_tokens must be ≥ 1")
         self.kv_manager = kv_manager
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = as_positive_int(max_num_seqs, "max_num_seqs")
+        self.max_num_batched_tokens = as_positive_int(max_num_batched_tokens, "max_num_batched_tokens")
         self.preemption_mode = preemption_mode
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []  # sorted by arrival time

@@ -352,6 +352,11 @@ def test_misuse_is_refused_by_name_and_changes_nothing(cls):
     free = mgr.get_num_free_gpu_blocks()
     with pytest.raises(ValueError, match=r"sequence\(s\) \[3, 4\] of request 3 already hold blocks"):
         mgr.allocate(samples)
+    for seq in samples.seqs:
+        seq.status = SequenceStatus.RUNNING
+    with pytest.raises(ValueError, match="request 3 has no waiting sequence"):
+        mgr.allocate(samples)  # running: nothing to allocate for
+    assert mgr.get_num_free_gpu_blocks() == free
     other = Sequence(1, 9)
     mgr.fork(g.seqs[0], other)
     with pytest.raises(ValueError, match="sequence 1 already holds blocks"):
@@ -368,8 +373,8 @@ def test_misuse_is_refused_by_name_and_changes_nothing(cls):
 
 
 @pytest.mark.parametrize("kwargs,error,match", [
-    (dict(num_cpu_blocks=-1), ValueError, "num_cpu_blocks must be ≥ 0"),
-    (dict(num_cpu_blocks=2.5), TypeError, "num_cpu_blocks"),
+    (dict(num_cpu_blocks=-1), ValueError, r"num_cpu_blocks \(0 for no swap space\) must be a positive integer"),
+    (dict(num_cpu_blocks=2.5), ValueError, "num_cpu_blocks"),
 ])
 def test_a_bad_swap_space_is_named(kwargs, error, match):
     with pytest.raises(error, match=match):

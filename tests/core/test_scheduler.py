@@ -292,3 +292,10 @@ def test_a_refused_allocate_leaves_the_request_at_the_head_of_the_queue(monkeypa
     monkeypatch.undo()
     out = sched.schedule()
     assert [g.request_id for g in out.scheduled_seq_groups] == [0]
+
+
+@pytest.mark.parametrize("kwargs,name", [(dict(max_num_seqs=1.5), "max_num_seqs"), (dict(max_num_seqs=0), "max_num_seqs"),
+                                         (dict(max_num_batched_tokens="2048"), "max_num_batched_tokens")])
+def test_a_budget_that_is_not_a_positive_integer_is_named(kwargs, name):
+    with pytest.raises(ValueError, match=f"{name} must be a positive integer"):
+        Scheduler(PagedKVCacheManager(8, 4), **kwargs)

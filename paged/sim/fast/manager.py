@@ -149,10 +149,7 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
                 return super().allocate(seq_group)
             finally:
                 self._kept_plan = None  # the cache has changed: no plan of before may answer again
-        tables = self.block_tables
-        for seq in seq_group.seqs:  # as the reference refuses, before anything changes
-            if seq.seq_id in tables and seq.status is SequenceStatus.WAITING:
-                raise self._held_error(seq_group)
+        self._check_allocatable(seq_group)
         first, *samples = seq_group.seqs
         table = FastBlockTable(self.gpu_allocator)
         table.append_tokens(first.num_tokens)
