@@ -38,7 +38,7 @@ class PagedKVCacheManager:
     ``cpu_allocator`` None). ``watermark``: fraction of GPU blocks kept free when admitting a request, so running
     sequences can grow (swapped-out groups return without it). ``enable_prefix_caching`` needs token ids;
     ``hash_fn`` hashes its blocks. ``block_tables``: ``seq_id`` → :class:`~paged.block.BlockTable`. Raises
-    ValueError on a bad block count, block size or watermark (not in [0, 1)), TypeError on a non-integer count.
+    ValueError on a bad block count, block size or watermark (not in [0, 1)).
     """
 
     def __init__(self, num_gpu_blocks: int, block_size: int, *, num_cpu_blocks: int = 0, watermark: float = 0.01,
@@ -51,8 +51,8 @@ class PagedKVCacheManager:
         if enable_prefix_caching:
             self.gpu_allocator: BlockAllocator = PrefixCachingBlockAllocator(num_gpu_blocks, block_size, hash_fn=hash_fn)
         else:
-            self.gpu_allocator = BlockAllocator(num_gpu_blocks, block_size)
-        self.cpu_allocator = BlockAllocator(num_cpu_blocks, block_size) if num_cpu_blocks else None
+            self.gpu_allocator = self.allocator_class(num_gpu_blocks, block_size)
+        self.cpu_allocator = self.allocator_class(num_cpu_blocks, block_size) if num_cpu_blocks else None
         self.block_size = block_size
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.enable_prefix_caching = enable_prefix_caching
@@ -63,8 +63,10 @@ class PagedKVCacheManager:
 
     #: A fork shares the parent's blocks: no KV is copied (§4.4).
     fork_copies_kv = False
-    #: The class of the block tables the manager makes (a subclass may make its own).
+    #: The classes of the block tables and plain (not prefix-caching) allocators the manager makes (a subclass
+    #: may make its own).
     block_table_class = BlockTable
+    allocator_class = BlockAllocator
 
     @property
     def num_total_slots(self) -> int:

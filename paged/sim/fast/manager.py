@@ -34,7 +34,7 @@ from paged.core.kv_cache_manager import AllocStatus, MemoryUsage
 from paged.core.scheduler import Scheduler, SchedulerOutputs
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
-__all__ = ["FastBlockTable", "FastPagedKVCacheManager", "FastContiguousKVCacheManager", "FastScheduler", "ceil_sum"]
+__all__ = ["FastBlockAllocator", "FastBlockTable", "FastPagedKVCacheManager", "FastContiguousKVCacheManager", "FastScheduler", "ceil_sum"]
 
 _RUNNING = SequenceStatus.RUNNING
 _SEQS = attrgetter("seqs")
@@ -47,6 +47,67 @@ def ceil_sum(x: int, block_size: int) -> int:
     return block_size * q * (q + 1) // 2 + r * (q + 1)
 
 
+class FastBlockAllocator(BlockAllocator):
+    """A :class:`~paged.block.BlockAllocator` that takes many blocks in one call: the calendars hold a group's
+    blocks past its tables this way."""
+
+    __slots__ = ()
+
+    def allocate_many(self, num_blocks: int) -> list[int]:
+        """``[allocate() for _ in range(num_blocks)]``: the same blocks in the same order, in two list
+        operations. O(num_blocks). Raises OutOfBlocksError, taking nothing, if fewer blocks are free."""
+        free = self._free
+        if num_blocks > len(free):
+            raise OutOfBlocksError(f"need {num_blocks} free KV blocks, {len(free)} are free")
+        if num_blocks <= 0:
+            return []
+        taken = free[:-num_blocks - 1:-1]  # the top of the stack first, as allocate() pops it
+        del free[-num_blocks:]
+        counts = self._ref_counts
+        for block in taken:
+            counts[block] = 1
+        return taken
+
+    def _all_held(self, blocks: list[int]) -> bool:
+        """True if ``blocks`` is not empty and every id is a held block (else the reference's path runs)."""
+        counts = self._ref_counts
+        try:
+            return bool(blocks) and min(blocks) >= 0 and 0 not in map(counts.__getitem__, blocks)
+        except (IndexError, TypeError):
+            return False
+
+    def incref_all(self, blocks: list[int], times: int = 1) -> None:
+        """:meth:`~paged.block.BlockAllocator.incref_all` ``times`` times over (a prompt's samples forked at
+        once), without the reference's undo bookkeeping once every id is known to be held. O(blocks)."""
+        if not self._all_held(blocks):
+            for _ in range(times):
+                super().incref_all(blocks)
+            return
+        counts = self._ref_counts
+        for block_id in blocks:
+            counts[block_id] += times
+
+    def free_all(self, blocks: list[int]) -> None:
+        """:meth:`~paged.block.BlockAllocator.free_all` with the free stack pushed inline: the same counts,
+        the same free order, the same errors (a bad id goes to the reference, which names it). O(blocks)."""
+        counts, free = self._ref_counts, self._free
+        try:  # as _all_held, inline: this runs for every table freed
+            held = bool(blocks) and min(blocks) >= 0 and 0 not in map(counts.__getitem__, blocks)
+        except (IndexError, TypeError):
+            held = False
+        if not held:
+            return super().free_all(blocks)
+        for block_id in reversed(blocks):
+            count = counts[block_id]
+            if count == 1:
+                counts[block_id] = 0
+                free.append(block_id)
+            elif count:
+                counts[block_id] = count - 1
+            else:  # only an id listed twice gets here, as in the reference
+                raise ValueError(f"double free: physical block {block_id} is already free")
+
+
 class FastBlockTable(BlockTable):
     """A :class:`~paged.block.BlockTable` that can grow to a token count in one call, checking first.
 
@@ -57,8 +118,12 @@ class FastBlockTable(BlockTable):
 
     __slots__ = ("full_blocks_registered",)
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, allocator: BlockAllocator, blocks=(), num_tokens: int = 0, *, validate: bool = True) -> None:
+        if validate:
+            super().__init__(allocator, blocks, num_tokens)
+        else:  # the reference's fields, set without its call: a fork's or a swap's table, made by the thousand
+            self._allocator, self._block_size = allocator, allocator.block_size
+            self._blocks, self._num_tokens = list(blocks), num_tokens
         self.full_blocks_registered = -1
 
     def blocks_to_grow(self, num_tokens: int) -> int | None:
@@ -90,6 +155,7 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
     """:class:`~paged.block.PagedKVCacheManager` with the batched operations of the module docstring."""
 
     block_table_class = FastBlockTable
+    allocator_class = FastBlockAllocator
     #: A decode allocates a block when a token crosses a block boundary (the calendars read it).
     decode_allocates = True
 
@@ -154,8 +220,15 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
         table = FastBlockTable(self.gpu_allocator)
         table.append_tokens(first.num_tokens)
         self.block_tables[first.seq_id] = table
-        for sample in samples:
-            self.fork(first, sample)
+        if samples:  # each a fork of the first: every block gains one reference per sample
+            allocator, blocks, num_tokens = self.gpu_allocator, table.physical_blocks, first.num_tokens
+            if type(allocator) is FastBlockAllocator:
+                allocator.incref_all(blocks, len(samples))
+            else:
+                for _ in samples:
+                    allocator.incref_all(blocks)
+            for sample in samples:
+                self.block_tables[sample.seq_id] = FastBlockTable(allocator, blocks, num_tokens, validate=False)
         return [0] + [first.num_tokens] * len(samples)
 
     # -- a decode step ---------------------------------------------------------------------
@@ -290,15 +363,17 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
         Raises:
             OutOfBlocksError: if fewer blocks are free (nothing is taken).
         """
-        free = self.gpu_allocator.num_free_blocks
+        allocator = self.gpu_allocator
+        if type(allocator) is FastBlockAllocator:
+            return allocator.allocate_many(num_blocks)
+        free = allocator.num_free_blocks
         if num_blocks > free:
             raise OutOfBlocksError(f"need {num_blocks} free KV blocks, {free} are free")
-        return [self.gpu_allocator.allocate() for _ in range(num_blocks)]
+        return [allocator.allocate() for _ in range(num_blocks)]
 
     def release_blocks(self, blocks: list[int]) -> None:
         """Give back one reference to each block of ``blocks`` (taken with :meth:`hold_blocks`), in order."""
-        for block in blocks:
-            self.gpu_allocator.free(block)
+        self.gpu_allocator.free_all(blocks[::-1])  # free_all goes tail first: this frees them in order
 
     def replace_tables(self, tables: list[tuple[Sequence, list[int], int]], *, held: list[int] = (),
                        take: list[int] = ()) -> None:
