@@ -152,8 +152,9 @@ class KVCacheManager(Protocol):
         ...
 
     def rollback_uncomputed(self) -> int:
-        """The last scheduled iteration did not complete: forget the cache entries of blocks whose KV it was to
-        write, so no later request reads KV never computed; returns how many."""
+        """The last scheduled iteration did not complete: repair the bookkeeping an interrupted operation left
+        half-changed, and forget the cache entries of blocks whose KV it was to write, so no later request reads
+        KV never computed; returns how many entries."""
         ...
 
     def reset_prefix_cache(self) -> bool:
