@@ -140,12 +140,21 @@ class FastBlockTable(BlockTable):
         """Room for ``num_tokens`` tokens in all (``append_tokens`` of the difference) if the free blocks
         cover it, its copy-on-write pair added to ``copies``; False, changing nothing, if they do not.
         A token inside a private last block changes the count alone. O(1) plus the new blocks."""
-        have, blocks = self._num_tokens, self._blocks
-        if have < num_tokens <= len(blocks) * self._allocator.block_size and \
-                self._allocator.ref_count(blocks[-1]) == 1:
+        have, blocks, allocator = self._num_tokens, self._blocks, self._allocator
+        capacity = len(blocks) * self._block_size
+        if have < num_tokens <= capacity and allocator.ref_count(blocks[-1]) == 1:
             self._num_tokens = num_tokens
             return True
-        if self.num_new_blocks(num_tokens - have) > self._allocator.num_free_blocks:
+        # Past the last block, and nothing to copy (its last block is full, or private): new blocks only.
+        if num_tokens > capacity and type(allocator) is FastBlockAllocator and \
+                (have == capacity or allocator.ref_count(blocks[-1]) == 1):
+            new = -(-num_tokens // self._block_size) - len(blocks)
+            if new > allocator.num_free_blocks:
+                return False
+            blocks.extend(allocator.allocate_many(new))  # the blocks append_tokens would take, in its order
+            self._num_tokens = num_tokens
+            return True
+        if self.num_new_blocks(num_tokens - have) > allocator.num_free_blocks:
             return False
         copies.extend(self.append_tokens(num_tokens - have))
         return True
@@ -217,11 +226,16 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
                 self._kept_plan = None  # the cache has changed: no plan of before may answer again
         self._check_allocatable(seq_group)
         first, *samples = seq_group.seqs
-        table = FastBlockTable(self.gpu_allocator)
-        table.append_tokens(first.num_tokens)
+        allocator = self.gpu_allocator
+        if type(allocator) is FastBlockAllocator:  # the prompt's blocks, as append_tokens would take them
+            table = FastBlockTable(allocator, allocator.allocate_many(-(-first.num_tokens // self.block_size)),
+                                   first.num_tokens, validate=False)
+        else:
+            table = FastBlockTable(allocator)
+            table.append_tokens(first.num_tokens)
         self.block_tables[first.seq_id] = table
         if samples:  # each a fork of the first: every block gains one reference per sample
-            allocator, blocks, num_tokens = self.gpu_allocator, table.physical_blocks, first.num_tokens
+            blocks, num_tokens = table.physical_blocks, first.num_tokens
             if type(allocator) is FastBlockAllocator:
                 allocator.incref_all(blocks, len(samples))
             else:
@@ -282,10 +296,23 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
     def free_and_fork(self, dropped: list[Sequence], forks: list[tuple[Sequence, Sequence]]) -> None:
         """``free`` each sequence of ``dropped``, then ``fork`` each ``(parent, child)``, in order: a beam
         step (§4.4) in one call. Allocates nothing. O(blocks of the sequences)."""
-        for seq in dropped:
-            self.free(seq)
+        if self._chains is not None:  # the prefix cache follows each free and fork: the reference's calls
+            for seq in dropped:
+                self.free(seq)
+            for parent, child in forks:
+                self.fork(parent, child)
+            return
+        tables, layouts = self.block_tables, self._layouts
+        for seq in dropped:  # free(), without its method calls
+            table = tables.pop(seq.seq_id, None)
+            if table is not None:
+                table.free()
+            layouts.pop(seq.seq_id, None)
         for parent, child in forks:
-            self.fork(parent, child)
+            if child.seq_id in tables or parent.seq_id not in tables:
+                self.fork(parent, child)  # the reference refuses it, naming the sequence
+                continue
+            tables[child.seq_id] = tables[parent.seq_id].fork()
 
     # -- runs of identical decode iterations (fast_forward.py) ------------------------------
     def decode_run_limit(self, seqs: list[Sequence], max_iterations: int) -> int:
