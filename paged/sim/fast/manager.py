@@ -68,6 +68,10 @@ class FastBlockAllocator(BlockAllocator):
             counts[block] = 1
         return taken
 
+    def holders(self, block_id: int) -> int:
+        """:meth:`~paged.block.BlockAllocator.ref_count` without its id checks, for ids read from a table. O(1)."""
+        return self._ref_counts[block_id]
+
     def _all_held(self, blocks: list[int]) -> bool:
         """True if ``blocks`` is not empty and every id is a held block (else the reference's path runs)."""
         counts = self._ref_counts
@@ -116,7 +120,7 @@ class FastBlockTable(BlockTable):
             cache register this table's blocks (``min(tokens, known ids) // block_size``), or -1.
     """
 
-    __slots__ = ("full_blocks_registered",)
+    __slots__ = ("full_blocks_registered", "_refs")
 
     def __init__(self, allocator: BlockAllocator, blocks=(), num_tokens: int = 0, *, validate: bool = True) -> None:
         if validate:
@@ -125,6 +129,8 @@ class FastBlockTable(BlockTable):
             self._allocator, self._block_size = allocator, allocator.block_size
             self._blocks, self._num_tokens = list(blocks), num_tokens
         self.full_blocks_registered = -1
+        # A block's reference count, read on every step of a group of samples: unchecked where it can be.
+        self._refs = allocator.holders if type(allocator) is FastBlockAllocator else allocator.ref_count
 
     def blocks_to_grow(self, num_tokens: int) -> int | None:
         """Free blocks that room for ``num_tokens`` tokens in all takes, or None if the next token would
@@ -132,9 +138,24 @@ class FastBlockTable(BlockTable):
         have, blocks = self._num_tokens, self._blocks
         if num_tokens <= have:
             return 0
-        if have % self._block_size and self._allocator.ref_count(blocks[-1]) > 1:
+        if have % self._block_size and self._refs(blocks[-1]) > 1:
             return None
         return max(0, -(-num_tokens // self._block_size) - len(blocks))
+
+    def extend_to(self, num_tokens: int) -> None:
+        """Room for ``num_tokens`` tokens in all, once :meth:`blocks_to_grow` found nothing to copy and the
+        caller checked that the free blocks cover its count: new blocks past the end only, taken as
+        ``append_tokens`` takes them. O(1) plus the new blocks."""
+        if num_tokens <= self._num_tokens:
+            return
+        blocks, allocator = self._blocks, self._allocator
+        new = -(-num_tokens // self._block_size) - len(blocks)
+        if new > 0:
+            if type(allocator) is FastBlockAllocator:
+                blocks.extend(allocator.allocate_many(new))
+            else:
+                blocks.extend(allocator.allocate() for _ in range(new))
+        self._num_tokens = num_tokens
 
     def grow_to(self, num_tokens: int, copies: list[tuple[int, int]]) -> bool:
         """Room for ``num_tokens`` tokens in all (``append_tokens`` of the difference) if the free blocks
@@ -142,12 +163,12 @@ class FastBlockTable(BlockTable):
         A token inside a private last block changes the count alone. O(1) plus the new blocks."""
         have, blocks, allocator = self._num_tokens, self._blocks, self._allocator
         capacity = len(blocks) * self._block_size
-        if have < num_tokens <= capacity and allocator.ref_count(blocks[-1]) == 1:
+        if have < num_tokens <= capacity and self._refs(blocks[-1]) == 1:
             self._num_tokens = num_tokens
             return True
         # Past the last block, and nothing to copy (its last block is full, or private): new blocks only.
         if num_tokens > capacity and type(allocator) is FastBlockAllocator and \
-                (have == capacity or allocator.ref_count(blocks[-1]) == 1):
+                (have == capacity or self._refs(blocks[-1]) == 1):
             new = -(-num_tokens // self._block_size) - len(blocks)
             if new > allocator.num_free_blocks:
                 return False
@@ -272,7 +293,7 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
                 if needed > self.gpu_allocator.num_free_blocks:
                     return done, copies
                 for seq in running:  # each fits: together they take at most the free blocks
-                    tables[seq.seq_id].grow_to(seq.prompt_len + seq.num_generated, copies)
+                    tables[seq.seq_id].extend_to(seq.prompt_len + seq.num_generated)
             elif self.can_append_slots(group):
                 for seq in group.get_seqs(_RUNNING):
                     copies.extend(self.append_slots(seq))
