@@ -165,11 +165,16 @@ class BlockAllocator:
         self._rebuild_free_pool()
 
     def _rebuild_free_pool(self) -> None:
-        """The free stack from the counts: blocks on it keep their order, other blocks at 0 go beneath. O(blocks)."""
+        """The free stack from the counts (:meth:`_rebuilt_stack` of the blocks at 0). O(blocks)."""
         counts = self._ref_counts
-        kept = [b for b in dict.fromkeys(self._free) if 0 <= b < self._num_blocks and counts[b] == 0]
+        self._free[:] = self._rebuilt_stack(lambda b: counts[b] == 0)
+
+    def _rebuilt_stack(self, belongs) -> list[int]:
+        """The blocks ``belongs(b)`` puts on the free stack: those already on it in their order (once each), the
+        others beneath. O(blocks)."""
+        kept = [b for b in dict.fromkeys(self._free) if 0 <= b < self._num_blocks and belongs(b)]
         known = set(kept)
-        self._free[:] = [b for b in range(self._num_blocks - 1, -1, -1) if counts[b] == 0 and b not in known] + kept
+        return [b for b in range(self._num_blocks - 1, -1, -1) if belongs(b) and b not in known] + kept
 
     def _take_free_block(self) -> int:
         """Pop the most recently freed block. O(1)."""

@@ -93,9 +93,7 @@ class PrefixCachingBlockAllocator(BlockAllocator):
         """Stack from the free uncached blocks, queue from the free cached ones, each in its old order. O(blocks)."""
         counts, hashes, n = self._ref_counts, self._hash, self._num_blocks
         queued = list(itertools.islice(self._queue, n))  # n links at most: an interrupted push may dangle
-        self._free[:] = [b for b in self._free if 0 <= b < n and hashes[b] is None]
-        super()._rebuild_free_pool()  # the stack, from the uncached blocks alone
-        self._free[:] = [b for b in self._free if hashes[b] is None]
+        self._free[:] = self._rebuilt_stack(lambda b: counts[b] == 0 and hashes[b] is None)
         self._queue = FreeBlockQueue(n)
         for block_id in dict.fromkeys([*queued, *range(n)]):
             if 0 <= block_id < n and counts[block_id] == 0 and hashes[block_id] is not None:

@@ -94,13 +94,9 @@ class FastBlockAllocator(BlockAllocator):
     def free_all(self, blocks: list[int]) -> None:
         """:meth:`~paged.block.BlockAllocator.free_all` with the free stack pushed inline: the same counts,
         the same free order, the same errors (a bad id goes to the reference, which names it). O(blocks)."""
-        counts, free = self._ref_counts, self._free
-        try:  # as _all_held, inline: this runs for every table freed
-            held = bool(blocks) and min(blocks) >= 0 and 0 not in map(counts.__getitem__, blocks)
-        except (IndexError, TypeError):
-            held = False
-        if not held:
+        if not self._all_held(blocks):
             return super().free_all(blocks)
+        counts, free = self._ref_counts, self._free
         for block_id in reversed(blocks):
             count = counts[block_id]
             if count == 1:
@@ -110,6 +106,17 @@ class FastBlockAllocator(BlockAllocator):
                 counts[block_id] = count - 1
             else:  # only an id listed twice gets here, as in the reference
                 raise ValueError(f"double free: physical block {block_id} is already free")
+
+
+def take_blocks(allocator: BlockAllocator, num_blocks: int) -> list[int]:
+    """``num_blocks`` free blocks at count 1, those ``allocate()`` would hand out in its order: in one call from
+    a :class:`FastBlockAllocator`, else one call each (a prefix-caching allocator evicting as it goes).
+    O(num_blocks). Raises OutOfBlocksError, taking nothing, if fewer blocks are free."""
+    if type(allocator) is FastBlockAllocator:
+        return allocator.allocate_many(num_blocks)
+    if num_blocks > allocator.num_free_blocks:
+        raise OutOfBlocksError(f"need {num_blocks} free KV blocks, {allocator.num_free_blocks} are free")
+    return [allocator.allocate() for _ in range(num_blocks)]
 
 
 class FastBlockTable(BlockTable):
@@ -148,13 +155,10 @@ class FastBlockTable(BlockTable):
         ``append_tokens`` takes them. O(1) plus the new blocks."""
         if num_tokens <= self._num_tokens:
             return
-        blocks, allocator = self._blocks, self._allocator
+        blocks = self._blocks
         new = -(-num_tokens // self._block_size) - len(blocks)
         if new > 0:
-            if type(allocator) is FastBlockAllocator:
-                blocks.extend(allocator.allocate_many(new))
-            else:
-                blocks.extend(allocator.allocate() for _ in range(new))
+            blocks.extend(take_blocks(self._allocator, new))
         self._num_tokens = num_tokens
 
     def grow_to(self, num_tokens: int, copies: list[tuple[int, int]]) -> bool:
@@ -167,12 +171,11 @@ class FastBlockTable(BlockTable):
             self._num_tokens = num_tokens
             return True
         # Past the last block, and nothing to copy (its last block is full, or private): new blocks only.
-        if num_tokens > capacity and type(allocator) is FastBlockAllocator and \
-                (have == capacity or self._refs(blocks[-1]) == 1):
+        if num_tokens > capacity and (have == capacity or self._refs(blocks[-1]) == 1):
             new = -(-num_tokens // self._block_size) - len(blocks)
             if new > allocator.num_free_blocks:
                 return False
-            blocks.extend(allocator.allocate_many(new))  # the blocks append_tokens would take, in its order
+            blocks.extend(take_blocks(allocator, new))  # the blocks append_tokens would take, in its order
             self._num_tokens = num_tokens
             return True
         if self.num_new_blocks(num_tokens - have) > allocator.num_free_blocks:
@@ -247,24 +250,15 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
                 self._kept_plan = None  # the cache has changed: no plan of before may answer again
         self._check_allocatable(seq_group)
         first, *samples = seq_group.seqs
-        allocator = self.gpu_allocator
-        if type(allocator) is FastBlockAllocator:  # the prompt's blocks, as append_tokens would take them
-            table = FastBlockTable(allocator, allocator.allocate_many(-(-first.num_tokens // self.block_size)),
-                                   first.num_tokens, validate=False)
-        else:
-            table = FastBlockTable(allocator)
-            table.append_tokens(first.num_tokens)
-        self.block_tables[first.seq_id] = table
+        allocator = self.gpu_allocator  # a FastBlockAllocator: a simple group has no prefix cache
+        num_tokens = first.num_tokens
+        blocks = take_blocks(allocator, -(-num_tokens // self.block_size))  # as append_tokens would take them
+        self.block_tables[first.seq_id] = FastBlockTable(allocator, blocks, num_tokens, validate=False)
         if samples:  # each a fork of the first: every block gains one reference per sample
-            blocks, num_tokens = table.physical_blocks, first.num_tokens
-            if type(allocator) is FastBlockAllocator:
-                allocator.incref_all(blocks, len(samples))
-            else:
-                for _ in samples:
-                    allocator.incref_all(blocks)
+            allocator.incref_all(blocks, len(samples))
             for sample in samples:
                 self.block_tables[sample.seq_id] = FastBlockTable(allocator, blocks, num_tokens, validate=False)
-        return [0] + [first.num_tokens] * len(samples)
+        return [0] + [num_tokens] * len(samples)
 
     # -- a decode step ---------------------------------------------------------------------
     def append_slots_in_order(self, seq_groups: list[SequenceGroup]) -> tuple[int, list[tuple[int, int]]]:
@@ -411,13 +405,7 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
         Raises:
             OutOfBlocksError: if fewer blocks are free (nothing is taken).
         """
-        allocator = self.gpu_allocator
-        if type(allocator) is FastBlockAllocator:
-            return allocator.allocate_many(num_blocks)
-        free = allocator.num_free_blocks
-        if num_blocks > free:
-            raise OutOfBlocksError(f"need {num_blocks} free KV blocks, {free} are free")
-        return [allocator.allocate() for _ in range(num_blocks)]
+        return take_blocks(self.gpu_allocator, num_blocks)
 
     def release_blocks(self, blocks: list[int]) -> None:
         """Give back one reference to each block of ``blocks`` (taken with :meth:`hold_blocks`), in order."""
