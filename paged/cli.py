@@ -111,6 +111,15 @@ class _Default(int):
 _DEFAULT_NUM_REQUESTS = _Default(1000)
 
 
+def cache_gib(text: str) -> float:
+    """argparse type: KV cache memory in GiB, > 0 and at most 1,024 (16 of today's largest GPUs; a larger
+    cache's bookkeeping would not fit in a host's memory)."""
+    value = positive_float(text)
+    if value > 1024:
+        raise argparse.ArgumentTypeError(f"must be at most 1024 GiB, got {value:g}")
+    return value
+
+
 def _json(result: dict) -> str:
     """One JSON object; an infinite float (a rate of inf) is written as the string "inf", a NaN (a
     value that does not apply, e.g. ``converged`` of a fixed-count run) as null (valid JSON)."""
@@ -387,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="requests/s of Poisson arrivals (inf: all at t=0); default: the trace's own times "
                            "(a CSV's arrival_time column), else all at t=0")
     frag.add_argument("--model", default="opt-13b", help="model whose KV size sets the capacity")
-    frag.add_argument("--kv-cache-gib", type=positive_float, default=12.0, help="KV cache memory (GiB)")
+    frag.add_argument("--kv-cache-gib", type=cache_gib, default=12.0, help="KV cache memory (GiB)")
     frag.add_argument("--max-seq-len", type=positive_int, default=2048,
                       help="maximum sequence length (tokens; Orca (Max)'s reservation; at most --model's positions)")
     frag.add_argument("--allow-long-max-seq-len", action="store_true",

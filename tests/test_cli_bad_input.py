@@ -395,3 +395,8 @@ def test_sweep_notebook_refuses_a_cluster_address_without_a_cluster_backend(tmp_
     assert_one_error_line(["sweep-notebook", str(ROOT / "notebooks" / "00_tour.ipynb"), "--grid", "{seed: [0]}",
                            "--out", str(tmp_path / "out"), "--address", "tcp://x:1"], "--address names a cluster")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("gib", ["1e30", "1e18", "2048"])
+def test_a_kv_cache_too_large_to_book_keep_is_refused(gib):
+    assert_one_error_line(["fragmentation", "--num-requests", "50", "--kv-cache-gib", gib], "must be at most 1024 GiB")
