@@ -7,6 +7,8 @@ then the most recently freed (a small working set). Single-block operations are 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from paged.core.checks import as_positive_int
 
 __all__ = ["BlockAllocator", "OutOfBlocksError", "DEFAULT_BLOCK_SIZE"]
@@ -121,6 +123,12 @@ class BlockAllocator:
             counts[block_id] = count - 1
             if count == 1:
                 self._return_free_block(block_id)
+
+    @property
+    def ref_counts(self) -> Sequence[int]:
+        """Every block's count, indexed by block id: the allocator's own list, for reading only (a block table reads
+        its last block's count on every append). Counts change only through this class's methods. O(1)."""
+        return self._ref_counts
 
     def ref_count(self, block_id: int) -> int:
         """Logical blocks, in every table, pointing at ``block_id``. O(1). Raises ValueError / TypeError on a bad id."""

@@ -21,7 +21,7 @@ class BlockTable:
     ``validate=False`` skips the checks, for blocks held once each. O(blocks). Raises TypeError on a non-allocator
     or a count or id not an integer; ValueError if the tokens do not fit or a block is free, bad or repeated."""
 
-    __slots__ = ("_allocator", "_block_size", "_blocks", "_num_tokens")
+    __slots__ = ("_allocator", "_block_size", "_ref_counts", "_blocks", "_num_tokens")
 
     def __init__(self, allocator: BlockAllocator, blocks=(), num_tokens: int = 0, *, validate: bool = True) -> None:
         blocks = list(blocks)  # the table's own list
@@ -43,6 +43,7 @@ class BlockTable:
                                  f"got {len(blocks)}")
         self._allocator = allocator
         self._block_size = allocator.block_size  # read on every append; the allocator's never changes
+        self._ref_counts = allocator.ref_counts  # the allocator's read-only view, read on every append
         self._blocks: list[int] = blocks
         self._num_tokens = num_tokens
 
@@ -74,7 +75,7 @@ class BlockTable:
     def needs_copy_on_write(self) -> bool:
         """True if the next token lands in a shared (count > 1), partly filled last block, which needs a private copy
         (§4.4); a full block is never written again. The one place a copy is decided. O(1)."""
-        return self._num_tokens % self._block_size != 0 and self._allocator.ref_count(self._blocks[-1]) > 1
+        return self._num_tokens % self._block_size != 0 and self._ref_counts[self._blocks[-1]] > 1
 
     def num_new_blocks(self, num_tokens: int) -> int:
         """Free blocks :meth:`append_tokens` of ``num_tokens`` takes (blocks): new ones past the end, plus one for a
@@ -102,9 +103,8 @@ class BlockTable:
         copy = self.needs_copy_on_write()  # decided once: the planning below and the copy agree
         new_blocks = -(-(self._num_tokens + num_tokens) // self._block_size) - len(self._blocks)
         allocator = self._allocator
-        free = allocator.num_free_blocks
-        if new_blocks + copy > free:  # all or nothing: checked before anything changes
-            needed = new_blocks + copy
+        needed = new_blocks + copy
+        if needed and needed > (free := allocator.num_free_blocks):  # all or nothing: checked before any change
             raise OutOfBlocksError(f"appending {num_tokens} token{'s' * (num_tokens != 1)} needs {needed} free "
                                    f"block{'s' * (needed != 1)}, {free} {'is' if free == 1 else 'are'} free")
         copies = []

@@ -176,24 +176,27 @@ class PagedKVCacheManager:
         return plan.starts
 
     # -- decode (§4.3, §4.4) --------------------------------------------------------------
-    def _append_blocks_needed(self, seqs: list[Sequence], allocator: BlockAllocator) -> int:
-        """Free blocks to grow the sequences to ``num_tokens`` (a shared block's last writer needs no copy). O(seqs)."""
-        tables = self.block_tables
+    def _append_blocks_needed(self, seq_group: SequenceGroup, status: SequenceStatus, allocator: BlockAllocator) -> int:
+        """Free blocks to grow the group's ``status`` sequences to ``num_tokens`` (a shared block's last writer needs
+        no copy). O(sequences)."""
+        tables, seqs = self.block_tables, seq_group.seqs
         needed = 0
-        for seq in seqs:
-            table = tables[seq.seq_id]
-            needed += table.num_new_blocks(seq.num_tokens - table.num_tokens)
+        for seq in seqs:  # not get_seqs: this runs for every group on every step
+            if seq.status is status:
+                table = tables[seq.seq_id]
+                needed += table.num_new_blocks(seq.num_tokens - table.num_tokens)
         if len(seqs) > 1:  # only forked sequences can share a last block with each other
             writers = Counter(tables[seq.seq_id].last_block for seq in seqs
-                              if seq.num_tokens > tables[seq.seq_id].num_tokens and tables[seq.seq_id].needs_copy_on_write())
+                              if seq.status is status and seq.num_tokens > tables[seq.seq_id].num_tokens
+                              and tables[seq.seq_id].needs_copy_on_write())
             for block, num_writers in writers.items():
                 needed -= num_writers - copies_for_writers(allocator.ref_count(block), num_writers)
         return needed
 
     def can_append_slots(self, seq_group: SequenceGroup) -> bool:
         """True if every running sequence can get its next slot, copy-on-write included. O(sequences)."""
-        running = seq_group.get_seqs(SequenceStatus.RUNNING)
-        return self._append_blocks_needed(running, self.gpu_allocator) <= self.gpu_allocator.num_free_blocks
+        needed = self._append_blocks_needed(seq_group, SequenceStatus.RUNNING, self.gpu_allocator)
+        return needed == 0 or needed <= self.gpu_allocator.num_free_blocks  # most steps take no block
 
     def append_slots(self, seq: Sequence) -> list[tuple[int, int]]:
         """Room for ``seq.num_tokens`` tokens; returns the copy-on-write pairs (§4.4), registering filled blocks with
@@ -259,7 +262,8 @@ class PagedKVCacheManager:
     def can_swap_in(self, seq_group: SequenceGroup) -> AllocStatus:
         """OK if the swapped blocks plus the next tokens' blocks fit in the free GPU blocks; no watermark. O(blocks)."""
         seqs = seq_group.get_seqs(SequenceStatus.SWAPPED)
-        needed = len(self._distinct_blocks(seqs)) + self._append_blocks_needed(seqs, self.cpu_allocator)
+        needed = len(self._distinct_blocks(seqs)) + self._append_blocks_needed(seq_group, SequenceStatus.SWAPPED,
+                                                                               self.cpu_allocator)
         if needed > self.gpu_allocator.num_blocks:
             return AllocStatus.NEVER
         return AllocStatus.OK if needed <= self.gpu_allocator.num_free_blocks else AllocStatus.LATER

@@ -68,10 +68,6 @@ class FastBlockAllocator(BlockAllocator):
             counts[block] = 1
         return taken
 
-    def holders(self, block_id: int) -> int:
-        """:meth:`~paged.block.BlockAllocator.ref_count` without its id checks, for ids read from a table. O(1)."""
-        return self._ref_counts[block_id]
-
     def _all_held(self, blocks: list[int]) -> bool:
         """True if ``blocks`` is not empty and every id is a held block (else the reference's path runs)."""
         counts = self._ref_counts
@@ -127,17 +123,15 @@ class FastBlockTable(BlockTable):
             cache register this table's blocks (``min(tokens, known ids) // block_size``), or -1.
     """
 
-    __slots__ = ("full_blocks_registered", "_refs")
+    __slots__ = ("full_blocks_registered",)
 
     def __init__(self, allocator: BlockAllocator, blocks=(), num_tokens: int = 0, *, validate: bool = True) -> None:
         if validate:
             super().__init__(allocator, blocks, num_tokens)
         else:  # the reference's fields, set without its call: a fork's or a swap's table, made by the thousand
-            self._allocator, self._block_size = allocator, allocator.block_size
+            self._allocator, self._block_size, self._ref_counts = allocator, allocator.block_size, allocator.ref_counts
             self._blocks, self._num_tokens = list(blocks), num_tokens
         self.full_blocks_registered = -1
-        # A block's reference count, read on every step of a group of samples: unchecked where it can be.
-        self._refs = allocator.holders if type(allocator) is FastBlockAllocator else allocator.ref_count
 
     def blocks_to_grow(self, num_tokens: int) -> int | None:
         """Free blocks that room for ``num_tokens`` tokens in all takes, or None if the next token would
@@ -145,7 +139,7 @@ class FastBlockTable(BlockTable):
         have, blocks = self._num_tokens, self._blocks
         if num_tokens <= have:
             return 0
-        if have % self._block_size and self._refs(blocks[-1]) > 1:
+        if have % self._block_size and self._ref_counts[blocks[-1]] > 1:
             return None
         return max(0, -(-num_tokens // self._block_size) - len(blocks))
 
@@ -167,11 +161,11 @@ class FastBlockTable(BlockTable):
         A token inside a private last block changes the count alone. O(1) plus the new blocks."""
         have, blocks, allocator = self._num_tokens, self._blocks, self._allocator
         capacity = len(blocks) * self._block_size
-        if have < num_tokens <= capacity and self._refs(blocks[-1]) == 1:
+        if have < num_tokens <= capacity and self._ref_counts[blocks[-1]] == 1:
             self._num_tokens = num_tokens
             return True
         # Past the last block, and nothing to copy (its last block is full, or private): new blocks only.
-        if num_tokens > capacity and (have == capacity or self._refs(blocks[-1]) == 1):
+        if num_tokens > capacity and (have == capacity or self._ref_counts[blocks[-1]] == 1):
             new = -(-num_tokens // self._block_size) - len(blocks)
             if new > allocator.num_free_blocks:
                 return False
@@ -395,7 +389,8 @@ class FastPagedKVCacheManager(PagedKVCacheManager):
         and the blocks its next tokens need): it fits exactly when that many are free, and the number stays
         the same while the group stays swapped out. O(blocks)."""
         seqs = seq_group.get_seqs(SequenceStatus.SWAPPED)
-        return len(self._distinct_blocks(seqs)) + self._append_blocks_needed(seqs, self.cpu_allocator)
+        return len(self._distinct_blocks(seqs)) + self._append_blocks_needed(seq_group, SequenceStatus.SWAPPED,
+                                                                              self.cpu_allocator)
 
     # -- blocks held outside the tables (the calendars) -------------------------------------
     def hold_blocks(self, num_blocks: int) -> list[int]:
