@@ -104,6 +104,25 @@ class FastBlockAllocator(BlockAllocator):
                 raise ValueError(f"double free: physical block {block_id} is already free")
 
 
+    def incref_table(self, blocks: list[int]) -> None:
+        """:meth:`incref_all` of a block table's blocks (a fork), which the table holds, each once: no id
+        checks (the table's are held by construction). An interrupted loop is repaired like the reference's,
+        from the tables (:meth:`~paged.block.PagedKVCacheManager.rollback_uncomputed`). O(blocks)."""
+        counts = self._ref_counts
+        for block_id in blocks:
+            counts[block_id] += 1
+
+    def free_table(self, blocks: list[int]) -> None:
+        """:meth:`free_all` of a block table's blocks, which the table holds, each once: the same counts and
+        free order, without the id checks (as :meth:`incref_table`). O(blocks)."""
+        counts, free = self._ref_counts, self._free
+        for block_id in reversed(blocks):
+            count = counts[block_id]
+            counts[block_id] = count - 1
+            if count == 1:
+                free.append(block_id)
+
+
 def take_blocks(allocator: BlockAllocator, num_blocks: int) -> list[int]:
     """``num_blocks`` free blocks at count 1, those ``allocate()`` would hand out in its order: in one call from
     a :class:`FastBlockAllocator`, else one call each (a prefix-caching allocator evicting as it goes).
@@ -132,6 +151,22 @@ class FastBlockTable(BlockTable):
             self._allocator, self._block_size, self._ref_counts = allocator, allocator.block_size, allocator.ref_counts
             self._blocks, self._num_tokens = list(blocks), num_tokens
         self.full_blocks_registered = -1
+
+    def fork(self) -> FastBlockTable:
+        """:meth:`~paged.block.BlockTable.fork`, its blocks shared without the allocator's id checks. O(blocks)."""
+        allocator = self._allocator
+        if type(allocator) is not FastBlockAllocator:
+            return super().fork()
+        allocator.incref_table(self._blocks)
+        return FastBlockTable(allocator, self._blocks, self._num_tokens, validate=False)
+
+    def free(self) -> None:
+        """:meth:`~paged.block.BlockTable.free` without the allocator's id checks: the same order. O(blocks)."""
+        if type(self._allocator) is not FastBlockAllocator:
+            return super().free()
+        self._allocator.free_table(self._blocks)
+        self._blocks = []
+        self._num_tokens = 0
 
     def blocks_to_grow(self, num_tokens: int) -> int | None:
         """Free blocks that room for ``num_tokens`` tokens in all takes, or None if the next token would

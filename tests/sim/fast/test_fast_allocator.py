@@ -2,7 +2,9 @@
 
 ``allocate_many(n)`` must hand out exactly what ``n`` calls of ``allocate`` would, and the fast
 ``incref_all`` / ``free_all`` must leave the same counts and the same free stack, and raise the same
-error on the same bad input (a free block, an id out of range, a repeated id, a non-integer).
+error on the same bad input (a free block, an id out of range, a repeated id, a non-integer). The
+unchecked ``incref_table`` / ``free_table`` of a table's blocks (distinct, held) must do what the
+reference's ``incref_all`` / ``free_all`` do.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("incref"), st.lists(ids, max_size=5), st.integers(1, 3)),
     st.tuples(st.just("free"), st.lists(ids, max_size=5)),
     st.tuples(st.just("free held"), st.randoms(use_true_random=False)),  # a table's distinct held blocks
+    st.tuples(st.just("free table"), st.randoms(use_true_random=False)),
+    st.tuples(st.just("fork table"), st.randoms(use_true_random=False)),
 ), max_size=30)
 
 
@@ -47,6 +51,15 @@ def test_the_fast_allocator_does_what_the_reference_does(operations):
                 for _ in range(times):
                     ref.incref_all(blocks)
             assert outcome(ref_incref) == outcome(lambda: fast.incref_all(blocks, times))
+        elif op in ("free table", "fork table"):
+            held = [b for b in range(NUM_BLOCKS) if ref.ref_count(b)]
+            table = args[0].sample(held, args[0].randint(0, len(held)))
+            if op == "free table":
+                ref.free_all(table)
+                fast.free_table(table)
+            else:
+                ref.incref_all(table)
+                fast.incref_table(table)
         else:
             if op == "free held":
                 held = [b for b in range(NUM_BLOCKS) if ref.ref_count(b)]
