@@ -21,6 +21,8 @@ the :class:`~paged.core.kv_cache_manager.KVCacheManager` interface, so it drives
 from __future__ import annotations
 
 import bisect
+import math
+import numbers
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -117,13 +119,16 @@ class Scheduler:
         """Queue a new request (FCFS by call order). Raises ValueError for no sequences or one not waiting, an empty
         prompt, an output length < 1, or a request or sequence id already held (or repeated); TypeError for a
         length that is not an integer; RequestTooLargeError if the request could never
-        fit in the KV cache or one prefill, or runs more than ``max_num_seqs`` sequences at once."""
+        fit in the KV cache or one prefill, or runs more than ``max_num_seqs`` sequences at once. Also ValueError for
+        sequences of one request with different prompt lengths, token ids that do not match a sequence's length, or
+        an arrival time that is not a finite number."""
         if seq_group.request_id in self._groups:
             raise ValueError(f"request id {seq_group.request_id!r} is already waiting, running or swapped out")
         if not seq_group.seqs or any(seq.status is not SequenceStatus.WAITING for seq in seq_group.seqs):
             raise ValueError(f"request {seq_group.request_id!r} must bring one or more new (waiting) sequences")
         as_int(seq_group.prompt_len, f"request {seq_group.request_id!r}'s prompt length")
         as_int(seq_group.output_len, f"request {seq_group.request_id!r}'s output length")
+        self._check_prompt(seq_group)
         seq_ids = [seq.seq_id for seq in seq_group.seqs]
         if len(set(seq_ids)) != len(seq_ids) or not self._seq_ids.isdisjoint(seq_ids):
             dup = next(i for i in seq_ids if i in self._seq_ids or seq_ids.count(i) > 1)
@@ -151,6 +156,22 @@ class Scheduler:
         self.waiting.append(seq_group)
         self._groups[seq_group.request_id] = (seq_group, seq_ids)
         self._seq_ids.update(seq_ids)
+
+    @staticmethod
+    def _check_prompt(seq_group: SequenceGroup) -> None:
+        """Refuse a group whose sequences do not share one prompt, whose token ids do not match its lengths, or that
+        arrives at a time that is not a finite number (it would sort and time nothing)."""
+        name, prompt_len = f"request {seq_group.request_id!r}", seq_group.prompt_len
+        for seq in seq_group.seqs:
+            if seq.prompt_len != prompt_len:
+                raise ValueError(f"{name}: its sequences have prompts of {prompt_len} and {seq.prompt_len} tokens; "
+                                 f"a group's sequences share one prompt")
+            if seq.token_ids is not None and len(seq.token_ids) != seq.num_tokens:
+                raise ValueError(f"{name}: sequence {seq.seq_id!r} has {len(seq.token_ids)} token ids for "
+                                 f"{seq.num_tokens} tokens (prompt_len {seq.prompt_len} + {seq.num_generated} generated)")
+        arrival = seq_group.arrival_time
+        if isinstance(arrival, bool) or not isinstance(arrival, numbers.Real) or not math.isfinite(arrival):
+            raise ValueError(f"{name} has arrival time {arrival!r}: a finite number of seconds is needed")
 
     def _forget(self, seq_group: SequenceGroup) -> None:
         """The group has left (finished or aborted): free its ids."""

@@ -314,3 +314,17 @@ def test_a_request_without_new_sequences_or_with_fractional_lengths_is_refused()
     with pytest.raises(TypeError, match="request 4's prompt length must be an integer"):
         sched.add_seq_group(SequenceGroup(4, 0.0, [Sequence(7, 2.5)], 4))
     assert not sched.waiting and not sched.has_unfinished_seqs()
+
+
+def test_a_request_whose_sequences_disagree_on_their_prompt_or_that_arrives_at_no_time_is_refused():
+    sched = Scheduler(PagedKVCacheManager(16, 4, watermark=0.0))
+    with pytest.raises(ValueError, match="prompts of 8 and 6 tokens"):
+        sched.add_seq_group(SequenceGroup(1, 0.0, [Sequence(1, 8), Sequence(2, 6)], 4))
+    with pytest.raises(ValueError, match="sequence 3 has 5 token ids for 8 tokens"):
+        sched.add_seq_group(SequenceGroup(2, 0.0, [Sequence(3, 8, token_ids=list(range(5)))], 4))
+    for bad in (float("nan"), float("inf"), "0", None):
+        with pytest.raises(ValueError, match="a finite number of seconds"):
+            sched.add_seq_group(SequenceGroup(3, bad, [Sequence(4, 8)], 4))
+    assert not sched.waiting and not sched.has_unfinished_seqs()
+    sched.add_seq_group(SequenceGroup(3, 1.5, [Sequence(4, 8, token_ids=list(range(8))), Sequence(5, 8)], 4))
+    assert len(sched.waiting) == 1  # the ids of the refused requests were never taken
