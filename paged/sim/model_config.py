@@ -69,6 +69,12 @@ PUBLISHED_PARAMS: dict[str, tuple[float, str]] = {
 _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float": 4, "half": 2}
 
 
+
+#: Shape fields of config.json (Llama / OPT names, GPT-2's) that must be positive integers where given.
+_SHAPE_FIELDS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "head_dim",
+                 "intermediate_size", "ffn_dim", "vocab_size", "n_embd", "n_head", "n_layer", "n_inner")
+
+
 def config_path(model: str | os.PathLike) -> Path:
     """The ``config.json`` of a shipped name (:data:`SHIPPED_CONFIGS`), or ``model`` itself as a
     path (a file, or a folder holding ``config.json``).
@@ -109,6 +115,10 @@ def load_config(model: str | os.PathLike):
 
     fields = dict(fields)
     model_type = fields.pop("model_type")
+    for name in _SHAPE_FIELDS:  # before the config class, which may divide by them (0 heads: ZeroDivisionError)
+        value = fields.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{path}: {name} must be a positive integer, got {value!r}")
     if "torch_dtype" in fields and "dtype" not in fields:  # the published files' name; transformers 5 says dtype
         fields["dtype"] = fields.pop("torch_dtype")
     verbosity = hf_logging.get_verbosity()

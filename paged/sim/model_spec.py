@@ -59,6 +59,18 @@ class ModelSpec:
     tied_embeddings: bool = True
     model_max_len: int | None = None
 
+    def __post_init__(self) -> None:
+        """Refuse a shape no transformer has: a count that is not a positive integer, or query heads that the KV
+        heads do not divide (ValueError naming the field)."""
+        for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_size", "intermediate_size",
+                      "vocab_size", "num_params", "dtype_bytes", "max_seq_len"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"model {self.name!r}: {field} must be a positive integer, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"model {self.name!r}: {self.num_heads} query heads cannot share "
+                             f"{self.num_kv_heads} KV heads (a multiple is needed)")
+
     @property
     def kv_bytes_per_token(self) -> int:
         """Bytes of K and V one token occupies across all layers (bytes)."""
@@ -105,7 +117,8 @@ class ModelSpec:
 
 
 def spec_from_config(name: str, config, max_seq_len: int = 2048) -> ModelSpec:
-    """A :class:`ModelSpec` from a transformers-style config (OPT or Llama attribute names).
+    """A :class:`ModelSpec` from a transformers-style config (OPT or Llama attribute names); ValueError on a
+    count that is not a positive integer or a hidden size the heads do not divide.
 
     ``config`` is a ``transformers`` config object or anything with the same attributes
     (``hidden_size``, ``num_attention_heads``, ``num_hidden_layers``, ``vocab_size``, ``ffn_dim`` (OPT)
@@ -118,6 +131,12 @@ def spec_from_config(name: str, config, max_seq_len: int = 2048) -> ModelSpec:
     layers = config.num_hidden_layers
     inter = getattr(config, "ffn_dim", None) or config.intermediate_size
     vocab = config.vocab_size
+    for field, value in (("hidden_size", hidden), ("num_attention_heads", heads), ("num_key_value_heads", kv_heads),
+                         ("num_hidden_layers", layers)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"model {name!r}: the config's {field} must be a positive integer, got {value!r}")
+    if hidden % heads:
+        raise ValueError(f"model {name!r}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
     head = hidden // heads
     gated = hasattr(config, "num_key_value_heads")  # Llama's SwiGLU MLP has three matrices
     attn = hidden * head * (heads + 2 * kv_heads) + heads * head * hidden

@@ -107,6 +107,22 @@ def test_bad_configs_are_refused_by_name(tmp_path):
                                "hidden_size": 768}))
     with pytest.raises(ValueError, match="6 attention heads do not split into groups of 4"):
         get_config_model(bad)
+    for field, value in (("num_attention_heads", 0), ("hidden_size", -64), ("num_hidden_layers", 2.5),
+                         ("head_dim", True)):
+        bad.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                                   "num_hidden_layers": 2, field: value}))
+        with pytest.raises(ValueError, match=f"{field} must be a positive integer, got {value!r}"):
+            get_config_model(bad)
+
+
+def test_a_model_shape_no_transformer_has_is_refused_by_name():
+    import dataclasses
+    spec = get_model("opt-13b")
+    for field, value in (("num_heads", 0), ("num_layers", -1), ("head_size", 1.5), ("max_seq_len", None)):
+        with pytest.raises(ValueError, match=f"{field} must be a positive integer, got {value!r}"):
+            dataclasses.replace(spec, **{field: value})
+    with pytest.raises(ValueError, match="40 query heads cannot share 3 KV heads"):
+        dataclasses.replace(spec, num_kv_heads=3)
 
 
 # -- every common decoder family, from the published config.json -------------------------------------
