@@ -205,6 +205,12 @@ def _simulate(args: argparse.Namespace) -> int:
     model = args.model
     if args.allow_long_max_seq_len and args.max_seq_len is None:
         raise ValueError("--allow-long-max-seq-len needs --max-seq-len (the length beyond the model's positions)")
+    if args.gpu is None and "@" not in model and (args.tp is not None or args.max_seq_len is not None):
+        from paged.sim.gpu_spec import GPUS
+
+        flag = "--tp" if args.tp is not None else "--max-seq-len"  # the library's message names its own settings
+        raise ValueError(f"{flag} sets up a server of your own: give --gpu too ({', '.join(GPUS)}); without --gpu "
+                         "a Table 1 model runs on the paper's server")
     if args.gpu is not None or args.tp is not None or args.max_seq_len is not None:
         from paged.sim.deployment import LONG_MARK, get_deployment
 

@@ -79,6 +79,8 @@ def test_simulate_groups_print_the_blocks_saved_by_sharing(flags):
      "more than the server's maximum sequence length max_seq_len=10: it can never be served"),
     (("simulate", "--gpu", "a100-80gb", "--max-seq-len", "4096"), "max_seq_len=4096 is longer than opt-13b's 2048"),
     (("simulate", "--allow-long-max-seq-len"), "--allow-long-max-seq-len needs --max-seq-len"),
+    (("simulate", "--max-seq-len", "4096"), "--max-seq-len sets up a server of your own: give --gpu too"),
+    (("simulate", "--tp", "2"), "--tp sets up a server of your own: give --gpu too"),
     (("fragmentation", "--max-seq-len", "4096"), "max_seq_len=4096 is longer than opt-13b's 2048 positions"),
     (("simulate", "--block-size", "0"), "error: argument --block-size: must be ≥ 1, got 0 (see python -m paged simulate"),
 ])
