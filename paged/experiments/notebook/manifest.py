@@ -187,17 +187,20 @@ def write_manifest(folder: str | Path, manifest: dict) -> Path:
 
 @contextmanager
 def locked(folder: str | Path):
-    """An exclusive lock on ``folder``'s figures and manifest (a lock file beside the manifest, held
-    for the block): two notebooks committing figure sets into one folder (``make reproduce`` with
-    two workers) take turns."""
+    """An exclusive lock on ``folder``'s figures and manifest (``flock`` on the folder itself, held for
+    the block, so no lock file is left among the figures): two notebooks committing figure sets into
+    one folder (``make reproduce`` with two workers) take turns."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f".{MANIFEST_NAME}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def figure_files(folder: str | Path) -> list[str]:

@@ -92,7 +92,7 @@ def test_a_failed_drawing_leaves_the_old_set_and_no_staging(tmp_path, monkeypatc
     with pytest.raises(Interrupted):
         plotting.save_figure(fig, pd.DataFrame({"x": [1]}), "fig", tmp_path, show=False)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if not p.name.startswith(".")} == before
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [".MANIFEST.json.lock"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging folder, no lock file
 
 
 def test_a_runner_stages_the_folder_until_it_commits(tmp_path, monkeypatch):
@@ -126,3 +126,23 @@ def test_ctrl_c_waits_for_the_renames(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
             (tmp_path / "done").write_text("the block ran to its end")
     assert (tmp_path / "done").exists()
+
+
+def test_the_manifest_lock_keeps_out_a_second_holder_and_leaves_no_file(tmp_path):
+    import fcntl
+
+    def try_lock():
+        fd = os.open(tmp_path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another open file: another writer's lock
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    with manifest.locked(tmp_path):
+        assert not try_lock()
+    assert try_lock()
+    _save(tmp_path)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
