@@ -7,6 +7,8 @@ free too. The power-of-two rounding is allocator overhead, not the request's ove
 
 from __future__ import annotations
 
+import bisect
+
 __all__ = ["BuddyAllocator"]
 
 
@@ -102,3 +104,36 @@ class BuddyAllocator:
             start = min(start, buddy)
             order += 1
         self.free_lists[order].add(start)
+
+    def rebuild(self, held: dict[int, int]) -> None:
+        """Set the allocator to hold exactly ``held`` (start slot -> order, each an aligned block this space can
+        hand out) and nothing else: every other slot free, merged into the largest free blocks. Repairs the free
+        lists after an interrupt cut an allocate or a free short. O(held × orders).
+
+        Raises:
+            ValueError: if a block is misaligned, out of range, or overlaps another (nothing changes then).
+        """
+        starts = sorted(held)
+        for i, start in enumerate(starts):
+            order = held[start]
+            if not 0 <= order <= self.max_order or start % (1 << order) or start + (1 << order) > self.num_slots:
+                raise ValueError(f"no block of order {order} can start at slot {start} in {self.num_slots} slots")
+            if i + 1 < len(starts) and starts[i + 1] < start + (1 << order):
+                raise ValueError(f"the blocks at slots {start} and {starts[i + 1]} overlap")
+        free_lists: list[set[int]] = [set() for _ in range(self.max_order + 1)]
+
+        def place(start: int, order: int) -> None:  # a piece of the space: free, held, or split in halves
+            first = bisect.bisect_left(starts, start)
+            if first == len(starts) or starts[first] >= start + (1 << order):
+                free_lists[order].add(start)  # no held block inside: free as one
+            elif not (starts[first] == start and held[start] == order):
+                place(start, order - 1)
+                place(start + (1 << (order - 1)), order - 1)
+
+        start = 0
+        for order in range(self.max_order, -1, -1):  # the maximal aligned pieces, as __init__ cuts them
+            if self.num_slots - start >= 1 << order:
+                place(start, order)
+                start += 1 << order
+        self.free_lists, self.allocated = free_lists, dict(held)
+        self.num_free_slots = self.num_slots - sum(1 << order for order in held.values())

@@ -200,7 +200,21 @@ class ContiguousKVCacheManager:
         """Nothing to commit: contiguous reservations cache no KV across requests."""
 
     def rollback_uncomputed(self) -> int:
-        """Nothing to roll back (no prefix cache): 0."""
+        """After an interrupted iteration: rebuild the group bookkeeping and the buddy allocator from the
+        reservations and spares held, which repairs an allocate, fork or free cut short (a reservation taken
+        but not recorded is free again). Nothing to roll back otherwise (no prefix cache): 0. O(reservations)."""
+        self._group_of = {seq_id: key for seq_id, key in self._group_of.items() if seq_id in self.reservations}
+        live: dict[int, int] = {}
+        for key in self._group_of.values():
+            live[key] = live.get(key, 0) + 1
+        self._live = live
+        self._spares = {key: spares for key, spares in self._spares.items() if key in live}
+        size_of = {self._group_of[seq_id]: size for seq_id, (_, size) in self.reservations.items()
+                   if seq_id in self._group_of}
+        held = {start: self.buddy.order_for(size) for start, size in self.reservations.values()}
+        for key, spares in self._spares.items():
+            held.update((start, self.buddy.order_for(size_of[key])) for start in spares)
+        self.buddy.rebuild(held)
         return 0
 
     def reset_prefix_cache(self) -> bool:
