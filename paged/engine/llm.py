@@ -265,7 +265,8 @@ class LLM:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("string prompts need a tokenizer; pass token-id lists or tokenizer=...")
-            ids = list(self.tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"])
+            # verbose=False: a prompt past the model's length is refused by name below, not by transformers' warning
+            ids = list(self.tokenizer(prompt, add_special_tokens=add_special_tokens, verbose=False)["input_ids"])
             bos, bos_text = getattr(self.tokenizer, "bos_token_id", None), getattr(self.tokenizer, "bos_token", None)
             if (add_special_tokens and bos is not None and bos_text and ids[:2] == [bos, bos]
                     and prompt.startswith(bos_text)):

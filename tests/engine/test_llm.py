@@ -350,3 +350,20 @@ def test_a_tuple_of_token_ids_is_one_prompt_as_a_list_is(model):
     as_list = llm.generate([5, 6, 7], SamplingParams(temperature=0, max_tokens=3))
     assert len(as_tuple) == len(as_list) == 1
     assert as_tuple[0].outputs[0].token_ids == as_list[0].outputs[0].token_ids
+
+
+def test_a_text_prompt_past_the_models_length_is_one_clear_error_without_a_tokenizer_warning():
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    library = logging.getLogger("transformers")  # where transformers' own handler prints its warnings
+    library.addHandler(handler)
+    try:
+        llm = LLM("paged-tiny")
+        with pytest.raises(RequestTooLargeError, match="max_model_len=1024: it can never be served"):
+            llm.generate(["hello world " * 2000], SamplingParams(max_tokens=4))
+    finally:
+        library.removeHandler(handler)
+    assert not [r for r in records if "Token indices sequence length" in r.getMessage()]
