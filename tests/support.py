@@ -168,3 +168,69 @@ def sharing_case(system: str, block_size: int, load: str, *, requests: tuple[int
         slots = 1 << 14
     cost = get_cost_model("opt-13b", block_size=block_size, paged_kernel=system == "paged")
     return trace, slots, cost
+
+
+class LineInterrupt(KeyboardInterrupt):
+    """The Ctrl-C that :func:`step_until_interrupted` injects."""
+
+
+def step_until_interrupted(loop, scheduler, k: int, folders: tuple[str, ...]) -> bool:
+    """Step ``loop`` until ``scheduler`` has nothing left, raising :class:`LineInterrupt` at the ``k``-th line
+    executed in a file under one of ``folders`` (e.g. ``"/paged/block/"``) below the loop's ``step`` (its own
+    clean-up runs, as for a real Ctrl-C). True if interrupted, False if the run ended first."""
+    import sys
+
+    lines, stepping = 0, False
+
+    def trace(frame, event, arg):
+        if not any(folder in frame.f_code.co_filename for folder in folders):
+            return None
+
+        def on_line(frame, event, arg):
+            nonlocal lines
+            if event == "line" and stepping and frame.f_code.co_name != "step":  # below the loop's handler
+                lines += 1
+                if lines == k:
+                    raise LineInterrupt  # sys.settrace(None) follows by itself: one interrupt per run
+            return on_line
+        return on_line(frame, event, arg)
+
+    sys.settrace(trace)
+    try:
+        while scheduler.has_unfinished_seqs():
+            stepping = True
+            loop.step()
+            stepping = False
+    except LineInterrupt:
+        return True
+    finally:
+        sys.settrace(None)
+    return False
+
+
+class TokenExecutor:
+    """Runs an iteration without a model: each running sequence of a scheduled group gains the token
+    ``(sum of its last 3 tokens) % vocab`` and finishes at its group's output length."""
+
+    def __init__(self, vocab: int = 50) -> None:
+        self.now = 0.0
+        self.vocab = vocab
+
+    def wait_until(self, time: float) -> None:
+        self.now = max(self.now, time)
+
+    def execute_run(self, scheduler, outputs, next_arrival_time, memory) -> int:
+        return 0
+
+    def execute(self, scheduler, outputs) -> bool:
+        from paged.core.sequence import SequenceStatus
+
+        self.now += 1.0
+        for group in outputs.scheduled_seq_groups:
+            for seq in group.seqs:
+                if seq.status is SequenceStatus.RUNNING:
+                    seq.append_token(sum(seq.token_ids[-3:]) % self.vocab)
+                    if seq.num_generated >= group.output_len:
+                        seq.finish_reason = "length"
+                        scheduler.finish_seq(seq)
+        return True

@@ -10,85 +10,33 @@ free, the manager's bookkeeping empty and its invariants holding.
 from __future__ import annotations
 
 import random
-import sys
 
 import pytest
 
 from paged.contiguous.buddy import BuddyAllocator
 from paged.contiguous.manager import ContiguousKVCacheManager
 from paged.core import Scheduler
-from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
+from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop
+from support import TokenExecutor, step_until_interrupted
 
 SLOTS = 256
 STRIDE = 11
 VOCAB = 50
 
 
-class Stop(KeyboardInterrupt):
-    """The injected Ctrl-C."""
-
-
-class TokenExecutor:
-    """Runs an iteration without a model: each running sequence of a scheduled group gains one token."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def wait_until(self, time: float) -> None:
-        self.now = max(self.now, time)
-
-    def execute_run(self, scheduler, outputs, next_arrival_time, memory) -> int:
-        return 0
-
-    def execute(self, scheduler, outputs) -> bool:
-        self.now += 1.0
-        for group in outputs.scheduled_seq_groups:
-            for seq in group.seqs:
-                if seq.status is SequenceStatus.RUNNING:
-                    seq.append_token(sum(seq.token_ids[-3:]) % VOCAB)
-                    if seq.num_generated >= group.output_len:
-                        seq.finish_reason = "length"
-                        scheduler.finish_seq(seq)
-        return True
-
-
 def serve_until_interrupted(policy: str, k: int):
     manager = ContiguousKVCacheManager(SLOTS, policy, max_seq_len=24)
     scheduler = Scheduler(manager, max_num_seqs=8, max_num_batched_tokens=64)
-    loop = ServingLoop(scheduler, TokenExecutor(), [])
+    loop = ServingLoop(scheduler, TokenExecutor(VOCAB), [])
     rng, next_id = random.Random(0), 0
     for request_id in range(8):
         prompt = [rng.randrange(VOCAB) for _ in range(rng.randrange(2, 8))]
         seqs = [Sequence(next_id + i, len(prompt), token_ids=list(prompt)) for i in range(rng.choice([1, 2, 3]))]
         next_id += len(seqs)
         scheduler.add_seq_group(SequenceGroup(request_id, 0.0, seqs, rng.randrange(1, 12)))
-    lines, stepping = 0, False
-
-    def trace(frame, event, arg):
-        if "/paged/contiguous/" not in frame.f_code.co_filename and "/paged/core/" not in frame.f_code.co_filename:
-            return None
-
-        def on_line(frame, event, arg):
-            nonlocal lines
-            if event == "line" and stepping and frame.f_code.co_name != "step":  # below the loop's handler
-                lines += 1
-                if lines == k:
-                    raise Stop
-            return on_line
-        return on_line(frame, event, arg)
-
-    sys.settrace(trace)
-    try:
-        while scheduler.has_unfinished_seqs():
-            stepping = True
-            loop.step()
-            stepping = False
-    except Stop:
-        return manager, scheduler, loop
-    finally:
-        sys.settrace(None)
-    return None
+    return (manager, scheduler, loop) if step_until_interrupted(loop, scheduler, k, ("/paged/contiguous/", "/paged/core/")) \
+        else None
 
 
 @pytest.mark.parametrize("policy", ["max", "pow2", "oracle"])

@@ -10,7 +10,6 @@ and no request held, however far the interrupted operation had got.
 from __future__ import annotations
 
 import random
-import sys
 
 import pytest
 
@@ -18,14 +17,11 @@ from paged.block import PagedKVCacheManager
 from paged.core import Scheduler
 from paged.core.sequence import Sequence, SequenceGroup
 from paged.core.serving_loop import ServingLoop
+from support import step_until_interrupted
 
 from .test_interrupt_state_machine import BLOCK_SIZE, NUM_BLOCKS, NUM_CPU_BLOCKS, PREFIXES, VOCAB, FakeExecutor
 
 STRIDE = 53  # interrupt at every 53rd line: every operation is hit at several points
-
-
-class Stop(KeyboardInterrupt):
-    """The injected Ctrl-C."""
 
 
 def serve_until_interrupted(mode: str, caching: bool, k: int):
@@ -40,32 +36,8 @@ def serve_until_interrupted(mode: str, caching: bool, k: int):
         seqs = [Sequence(next_id + i, len(prompt), token_ids=list(prompt)) for i in range(rng.choice([1, 2, 3]))]
         next_id += len(seqs)
         scheduler.add_seq_group(SequenceGroup(request_id, 0.0, seqs, rng.randrange(1, 12)))
-    lines, stepping = 0, False
-
-    def trace(frame, event, arg):
-        if "/paged/block/" not in frame.f_code.co_filename and "/paged/core/" not in frame.f_code.co_filename:
-            return None
-
-        def on_line(frame, event, arg):
-            nonlocal lines
-            if event == "line" and stepping and frame.f_code.co_name != "step":  # below the loop's handler
-                lines += 1
-                if lines == k:
-                    raise Stop  # sys.settrace(None) follows by itself: one interrupt per run
-            return on_line
-        return on_line(frame, event, arg)
-
-    sys.settrace(trace)
-    try:
-        while scheduler.has_unfinished_seqs():
-            stepping = True
-            loop.step()
-            stepping = False
-    except Stop:
-        return manager, scheduler, loop
-    finally:
-        sys.settrace(None)
-    return None
+    return (manager, scheduler, loop) if step_until_interrupted(loop, scheduler, k, ("/paged/block/", "/paged/core/")) \
+        else None
 
 
 @pytest.mark.parametrize("caching", [False, True], ids=["plain", "prefix-caching"])

@@ -17,6 +17,7 @@ from paged.block import PagedKVCacheManager
 from paged.core import Scheduler
 from paged.core.sequence import Sequence, SequenceGroup, SequenceStatus
 from paged.core.serving_loop import ServingLoop
+from support import TokenExecutor
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 24
@@ -29,21 +30,15 @@ class Interrupted(KeyboardInterrupt):
     """What the fake executor raises mid-iteration."""
 
 
-class FakeExecutor:
-    """Writes computed tokens into a fake KV store and samples ``(sum of the last 3 tokens) % VOCAB``."""
+class FakeExecutor(TokenExecutor):
+    """Writes computed tokens into a fake KV store, then samples as :class:`support.TokenExecutor` does."""
 
     def __init__(self, manager: PagedKVCacheManager) -> None:
-        self.now = 0.0
+        super().__init__(VOCAB)
         self.manager = manager
         self.gpu = [[None] * BLOCK_SIZE for _ in range(NUM_BLOCKS)]
         self.cpu = [[None] * BLOCK_SIZE for _ in range(NUM_CPU_BLOCKS)]
         self.fail_after: int | None = None  # raise after writing this many sequences' KV
-
-    def wait_until(self, time: float) -> None:
-        self.now = max(self.now, time)
-
-    def execute_run(self, scheduler, outputs, next_arrival_time, memory) -> int:
-        return 0
 
     def _write(self, seq: Sequence, start: int) -> None:
         table = self.manager.get_block_table(seq)
@@ -70,15 +65,7 @@ class FakeExecutor:
         if self.fail_after is not None:
             self.fail_after = None
             raise Interrupted
-        self.now += 1.0
-        for group in outputs.scheduled_seq_groups:
-            for seq in group.seqs:
-                if seq.status is SequenceStatus.RUNNING:
-                    seq.append_token(sum(seq.token_ids[-3:]) % VOCAB)
-                    if seq.num_generated >= group.output_len:
-                        seq.finish_reason = "length"
-                        scheduler.finish_seq(seq)
-        return True
+        return super().execute(scheduler, outputs)
 
 
 class ServingMachine(RuleBasedStateMachine):
