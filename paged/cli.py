@@ -243,8 +243,10 @@ def _simulate(args: argparse.Namespace) -> int:
         width = max(len(k) for k in result)
         for key, value in result.items():
             print(f"{key:<{width}}  {value:.6g}" if isinstance(value, float) else f"{key:<{width}}  {value}")
-        print(f"KV blocks saved by sharing: {result['kv_sharing_saving']:.1%} of "
-              f"{result['kv_blocks_without_sharing_mean']:.1f} blocks per iteration without sharing")
+        if args.n > 1 or args.beam_width > 1 or args.prefix_caching or result["kv_sharing_saving"]:
+            # said where something can be shared: one sequence per request without a shared prefix saves nothing
+            print(f"KV blocks saved by sharing: {result['kv_sharing_saving']:.1%} of "
+                  f"{result['kv_blocks_without_sharing_mean']:.1f} blocks per iteration without sharing")
     return 0
 
 

@@ -234,3 +234,11 @@ def test_block_manager_refuses_a_watermark_that_is_not_a_number():
     for bad in ("x", None, True, float("nan"), 1.0):
         with pytest.raises(ValueError, match="watermark must be a number in"):
             PagedKVCacheManager(16, 4, watermark=bad)
+
+
+def test_simulate_says_the_sharing_line_only_where_something_can_be_shared():
+    alone = run("simulate", "--num-requests", "30")
+    assert alone.returncode == 0, alone.stderr
+    assert "KV blocks saved by sharing" not in alone.stdout  # one sequence a request, no shared prefix
+    samples = run("simulate", "--num-requests", "30", "--n", "2", "--system", "orca-oracle")
+    assert "KV blocks saved by sharing: 0.0% of" in samples.stdout  # could share; Orca does not
