@@ -70,6 +70,10 @@ _DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float": 4, "half": 2
 
 
 
+#: Fields every dense decoder's config.json states (under its own name, e.g. GPT-2's ``n_embd``), with the MLP
+#: width of a family that has no default for it.
+_REQUIRED_SHAPE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
 #: Shape fields of config.json (Llama / OPT names, GPT-2's) that must be positive integers where given.
 _SHAPE_FIELDS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "head_dim",
                  "intermediate_size", "ffn_dim", "vocab_size", "n_embd", "n_head", "n_layer", "n_inner")
@@ -101,7 +105,8 @@ def load_config(model: str | os.PathLike):
 
     Raises:
         ValueError: as :func:`config_path`, and for a file that is not JSON, has no
-            ``model_type``, or names a type transformers does not know.
+            ``model_type``, names a type transformers does not know, or leaves out a shape field
+            (hidden size, layers, heads, vocabulary, a family's MLP width) its class would default.
     """
     path = config_path(model)
     try:
@@ -124,7 +129,7 @@ def load_config(model: str | os.PathLike):
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity(hf_logging.CRITICAL)  # its notices about field values: the refusal below says it once
     try:
-        return AutoConfig.for_model(model_type, **fields)
+        config = AutoConfig.for_model(model_type, **fields)
     except ValueError as err:
         if not isinstance(model_type, str) or model_type not in _known_model_types():
             raise ValueError(f"{path}: transformers does not know model_type {model_type!r} ({err})") from None
@@ -133,6 +138,16 @@ def load_config(model: str | os.PathLike):
         raise ValueError(f"{path}: not a valid {model_type!r} config ({type(err).__name__}: {err})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
+    family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if family is None:  # a type not modelled: spec_from_hf_config refuses it by its kind
+        return config
+    needed = _REQUIRED_SHAPE_FIELDS + ((family.intermediate,) if family.intermediate else ())
+    mapped = getattr(config, "attribute_map", {})  # e.g. GPT-2's hidden_size is n_embd in its file
+    missing = [mapped.get(name, name) for name in needed if name not in fields and mapped.get(name, name) not in fields]
+    if missing:  # the config class would fill them with its defaults: another model, silently
+        raise ValueError(f"{path}: no {', '.join(map(repr, missing))} field: the model's shape would be "
+                         f"{model_type!r}'s default, not this model's")
+    return config
 
 
 def _known_model_types() -> frozenset:

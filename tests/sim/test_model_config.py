@@ -103,9 +103,18 @@ def test_bad_configs_are_refused_by_name(tmp_path):
     bad.write_text(json.dumps({"model_type": "mixtral", "num_local_experts": 8}))
     with pytest.raises(ValueError, match="mixture-of-experts"):
         get_config_model(bad)
-    bad.write_text(json.dumps({"model_type": "llama", "num_attention_heads": 6, "num_key_value_heads": 4,
-                               "hidden_size": 768}))
+    shape = {"model_type": "llama", "hidden_size": 768, "num_hidden_layers": 2, "vocab_size": 100,
+             "intermediate_size": 1024}
+    bad.write_text(json.dumps({**shape, "num_attention_heads": 6, "num_key_value_heads": 4}))
     with pytest.raises(ValueError, match="6 attention heads do not split into groups of 4"):
+        get_config_model(bad)
+    for missing in ("num_hidden_layers", "intermediate_size"):  # the class would fill in another model's value
+        bad.write_text(json.dumps({key: value for key, value in {**shape, "num_attention_heads": 6}.items()
+                                   if key != missing}))
+        with pytest.raises(ValueError, match=f"no '{missing}' field: the model's shape would be 'llama''s default"):
+            get_config_model(bad)
+    bad.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "vocab_size": 100}))
+    with pytest.raises(ValueError, match="no 'n_layer' field"):  # named as the file names it
         get_config_model(bad)
     for field, value in (("num_attention_heads", 0), ("hidden_size", -64), ("num_hidden_layers", 2.5),
                          ("head_dim", True)):
