@@ -147,7 +147,10 @@ def _naming_the_trace(trace: str, model: str):
 
 
 def _fragmentation(args: argparse.Namespace) -> int:
-    from paged.experiments.nb01_fragmentation.fragmentation import SYSTEMS, default_num_slots, memory_waste
+    import pandas as pd
+
+    from paged.experiments.nb01_fragmentation.fragmentation import (SYSTEMS, binding_note, default_num_slots,
+                                                                    memory_waste)
     from paged.sim.deployment import get_model_spec
     from paged.workloads import get_trace
 
@@ -165,6 +168,9 @@ def _fragmentation(args: argparse.Namespace) -> int:
             fractions, _ = memory_waste(trace, system, num_slots=num_slots, block_size=args.block_size,
                                         max_seq_len=args.max_seq_len)
         result[system] = fractions
+    note = binding_note(pd.DataFrame([{"system": system, **f} for system, f in result.items()]))
+    if "did NOT bind" in note:  # the shares then say how little the run filled the cache, not what it wastes
+        warnings.warn(note)
     if args.json:
         print(_json(result))
     else:

@@ -221,7 +221,8 @@ def test_ctrl_c_ends_in_one_line_and_status_130(capsys):
 
 def test_a_reader_that_goes_away_ends_the_command_quietly():
     """``python -m paged ... | head``: a closed pipe is not an error (exit 0, nothing on stderr)."""
-    cmd = [sys.executable, "-m", "paged", "fragmentation", "--json", "--num-requests", "60"]
+    # 300 requests: the cache binds, so no note on stderr either
+    cmd = [sys.executable, "-m", "paged", "fragmentation", "--json", "--num-requests", "300"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # the reader leaves before the command writes (as `head` does once it has its lines)
     err = proc.stderr.read().decode()
@@ -242,3 +243,12 @@ def test_simulate_says_the_sharing_line_only_where_something_can_be_shared():
     assert "KV blocks saved by sharing" not in alone.stdout  # one sequence a request, no shared prefix
     samples = run("simulate", "--num-requests", "30", "--n", "2", "--system", "orca-oracle")
     assert "KV blocks saved by sharing: 0.0% of" in samples.stdout  # could share; Orca does not
+
+
+def test_fragmentation_warns_when_the_cache_did_not_bind_the_run():
+    small = run("fragmentation", "--num-requests", "50")
+    assert small.returncode == 0, small.stderr
+    assert small.stderr.startswith("warning: The cache did NOT bind this run: paged left")
+    assert "token states" in small.stdout
+    bound = run("fragmentation", "--num-requests", "300")
+    assert bound.returncode == 0 and "did NOT bind" not in bound.stderr
