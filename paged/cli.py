@@ -134,6 +134,18 @@ def _json(result: dict) -> str:
     return json.dumps(clean(result), allow_nan=False)
 
 
+def _check_tokenizer_applies(trace: str, tokenizer: str) -> None:
+    """Refuse a ``--tokenizer`` the trace would ignore (its lengths are counted already, or drawn), rather than
+    record a setting the run did not use."""
+    if str(tokenizer).lower() in ("gpt2", "opt"):  # the default, harmless anywhere
+        return
+    if trace.lower() == "alpaca-synthetic":
+        raise ValueError(f"--tokenizer {tokenizer}: alpaca-synthetic draws its lengths, it counts no text")
+    if trace.lower().endswith(".csv"):
+        raise ValueError(f"--tokenizer {tokenizer}: the length CSV {trace} is counted already; a tokenizer applies "
+                         "to the named traces and to ShareGPT / Alpaca JSON files")
+
+
 @contextlib.contextmanager
 def _naming_the_trace(trace: str, model: str):
     """A request the server refuses is named with the trace it came from and the model that sets the
@@ -158,6 +170,7 @@ def _fragmentation(args: argparse.Namespace) -> int:
     spec = get_model_spec(args.model, args.max_seq_len, allow_long_max_seq_len=args.allow_long_max_seq_len)
     if spec.model_max_len is not None and spec.max_seq_len > spec.model_max_len:
         warnings.warn(f"--max-seq-len {spec.max_seq_len} is beyond {spec.name}'s {spec.model_max_len} positions")
+    _check_tokenizer_applies(args.trace, args.tokenizer)
     trace = get_trace(args.trace, args.num_requests, seed=args.seed, rate=args.rate, tokenizer=args.tokenizer)
     if args.num_requests is None:
         print(f"{len(trace)} requests (all of {args.trace!r})", file=sys.stderr)
@@ -227,6 +240,7 @@ def _simulate(args: argparse.Namespace) -> int:
         if model.endswith(LONG_MARK):  # vLLM logs the same warning when VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 allows it
             warnings.warn(f"--max-seq-len {spec.max_seq_len} is beyond the model's {spec.model_max_len} positions; "
                           f"the run records it in its model name {model!r}")
+    _check_tokenizer_applies(args.trace, args.tokenizer)
     if args.paper_length and args.num_requests is not _DEFAULT_NUM_REQUESTS:
         raise ValueError("--paper-length sets the number of requests itself: give it or --num-requests, not both")
     if args.preemption == "swap" and args.system != "paged":

@@ -81,6 +81,8 @@ def test_simulate_groups_print_the_blocks_saved_by_sharing(flags):
     (("simulate", "--allow-long-max-seq-len"), "--allow-long-max-seq-len needs --max-seq-len"),
     (("simulate", "--max-seq-len", "4096"), "--max-seq-len sets up a server of your own: give --gpu too"),
     (("simulate", "--tp", "2"), "--tp sets up a server of your own: give --gpu too"),
+    (("simulate", "--trace", "alpaca-synthetic", "--tokenizer", "cl100k"), "alpaca-synthetic draws its lengths"),
+    (("fragmentation", "--trace", "data/traces/x.csv", "--tokenizer", "cl100k"), "x.csv is counted already"),
     (("fragmentation", "--max-seq-len", "4096"), "max_seq_len=4096 is longer than opt-13b's 2048 positions"),
     (("simulate", "--block-size", "0"), "error: argument --block-size: must be ≥ 1, got 0 (see python -m paged simulate"),
 ])
