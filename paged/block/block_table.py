@@ -79,10 +79,12 @@ class BlockTable:
 
     def num_new_blocks(self, num_tokens: int) -> int:
         """Free blocks :meth:`append_tokens` of ``num_tokens`` takes (blocks): new ones past the end, plus one for a
-        copy-on-write. O(1). Raises ValueError if ``num_tokens`` is negative."""
-        if num_tokens < 0:
-            raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
-        if num_tokens == 0:
+        copy-on-write. O(1). Raises ValueError if ``num_tokens`` is negative, TypeError if it is not an integer."""
+        if type(num_tokens) is not int:
+            num_tokens = as_int(num_tokens, "a token count")
+        if num_tokens <= 0:
+            if num_tokens < 0:
+                raise ValueError(f"cannot append a negative number of tokens ({num_tokens})")
             return 0
         return -(-(self._num_tokens + num_tokens) // self._block_size) - len(self._blocks) + self.needs_copy_on_write()
 

@@ -135,7 +135,8 @@ class Scheduler:
             raise ValueError(f"request {seq_group.request_id!r}: sequence id {dup!r} is already in use "
                              f"(by this request or another the scheduler holds)")
         if seq_group.prompt_len < 1:
-            raise ValueError(f"request {seq_group.request_id!r} has an empty prompt")
+            raise ValueError(f"request {seq_group.request_id!r} has a prompt of {seq_group.prompt_len} tokens: "
+                             "at least one is needed")
         if seq_group.output_len < 1:
             raise ValueError(f"request {seq_group.request_id!r} asks for {seq_group.output_len} output tokens")
         if seq_group.peak_num_seqs > self.max_num_seqs:

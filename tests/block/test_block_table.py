@@ -156,6 +156,8 @@ def test_non_integer_token_counts_change_nothing(bad):
     table.append_tokens(5)
     with pytest.raises(TypeError, match="token count must be an integer"):
         table.append_tokens(bad)
+    with pytest.raises(TypeError, match="token count must be an integer"):
+        table.num_new_blocks(bad)
     assert table.num_tokens == 5 and alloc.num_free_blocks == 6
 
 

@@ -325,6 +325,8 @@ def test_a_request_whose_sequences_disagree_on_their_prompt_or_that_arrives_at_n
     for bad in (float("nan"), float("inf"), "0", None):
         with pytest.raises(ValueError, match="a finite number of seconds"):
             sched.add_seq_group(SequenceGroup(3, bad, [Sequence(4, 8)], 4))
+    with pytest.raises(ValueError, match="request 3 has a prompt of -3 tokens: at least one is needed"):
+        sched.add_seq_group(SequenceGroup(3, 0.0, [Sequence(4, -3)], 4))
     assert not sched.waiting and not sched.has_unfinished_seqs()
     sched.add_seq_group(SequenceGroup(3, 1.5, [Sequence(4, 8, token_ids=list(range(8))), Sequence(5, 8)], 4))
     assert len(sched.waiting) == 1  # the ids of the refused requests were never taken
