@@ -36,6 +36,7 @@ import numbers
 import os
 from pathlib import Path
 
+from paged.core.checks import as_positive_int
 from paged.core.max_model_len import derived_max_model_len, verify_max_model_len
 from paged.sim.decoder_families import FAMILIES, count_parameters, family_of
 from paged.sim.model_spec import ModelSpec
@@ -121,9 +122,8 @@ def load_config(model: str | os.PathLike):
     fields = dict(fields)
     model_type = fields.pop("model_type")
     for name in _SHAPE_FIELDS:  # before the config class, which may divide by them (0 heads: ZeroDivisionError)
-        value = fields.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{path}: {name} must be a positive integer, got {value!r}")
+        if fields.get(name) is not None:
+            as_positive_int(fields[name], f"{path}: {name}")
     if "torch_dtype" in fields and "dtype" not in fields:  # the published files' name; transformers 5 says dtype
         fields["dtype"] = fields.pop("torch_dtype")
     verbosity = hf_logging.get_verbosity()

@@ -17,6 +17,7 @@ import numbers
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from paged.core.checks import as_positive_int
 from paged.core.max_model_len import verify_max_model_len
 
 __all__ = ["ModelSpec", "MODELS", "PUBLISHED_CONFIGS", "get_model", "kv_cache_slots", "spec_from_config",
@@ -64,9 +65,7 @@ class ModelSpec:
         heads do not divide (ValueError naming the field)."""
         for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_size", "intermediate_size",
                       "vocab_size", "num_params", "dtype_bytes", "max_seq_len"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"model {self.name!r}: {field} must be a positive integer, got {value!r}")
+            as_positive_int(getattr(self, field), f"model {self.name!r}: {field}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"model {self.name!r}: {self.num_heads} query heads cannot share "
                              f"{self.num_kv_heads} KV heads (a multiple is needed)")
@@ -133,8 +132,7 @@ def spec_from_config(name: str, config, max_seq_len: int = 2048) -> ModelSpec:
     vocab = config.vocab_size
     for field, value in (("hidden_size", hidden), ("num_attention_heads", heads), ("num_key_value_heads", kv_heads),
                          ("num_hidden_layers", layers)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"model {name!r}: the config's {field} must be a positive integer, got {value!r}")
+        as_positive_int(value, f"model {name!r}: the config's {field}")
     if hidden % heads:
         raise ValueError(f"model {name!r}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
     head = hidden // heads

@@ -103,7 +103,6 @@ class FastBlockAllocator(BlockAllocator):
             else:  # only an id listed twice gets here, as in the reference
                 raise ValueError(f"double free: physical block {block_id} is already free")
 
-
     def incref_table(self, blocks: list[int]) -> None:
         """:meth:`incref_all` of a block table's blocks (a fork), which the table holds, each once: no id
         checks (the table's are held by construction). An interrupted loop is repaired like the reference's,
