@@ -96,6 +96,13 @@ def path_text(text: str) -> str:
     return text
 
 
+def address_text(text: str) -> str:
+    """argparse type: a cluster address, not empty (an empty one would start a local cluster instead)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a cluster address, got an empty string")
+    return text
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     value = _parsed(float, text, "a finite number > 0")
@@ -386,6 +393,10 @@ def _sweep_notebook(args: argparse.Namespace) -> int:
                              f"{', '.join(known) or 'none'})") from None
     if args.address is not None and args.backend == "loky":
         raise ValueError("--address names a cluster: give --backend dask or --backend ray with it")
+    cpus = os.cpu_count() or 1
+    if args.address is None and args.workers > 4 * cpus:  # this machine's processes, each a notebook kernel
+        raise ValueError(f"--workers {args.workers}: more than 4 × this machine's {cpus} CPUs (each worker runs a "
+                         "notebook kernel); use a cluster (--backend dask/ray --address) for more")
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(cluster(args.backend, args.address, n_workers=args.workers))
@@ -493,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="rerun every run, also those that finished with the same parameters and code")
     nbs.add_argument("--backend", default="loky", choices=("loky", "dask", "ray"),
                      help="loky: this machine; dask / ray: a cluster (--address, or a local one on 127.0.0.1)")
-    nbs.add_argument("--address", default=None,
+    nbs.add_argument("--address", default=None, type=address_text,
                      help="cluster address: tcp://scheduler:8786 (dask), ray://head:10001 or auto (ray)")
     nbs.add_argument("--kernel", default=None, help="Jupyter kernel (default: python3, this interpreter's)")
     nbs.set_defaults(func=_sweep_notebook)

@@ -1,6 +1,7 @@
 """``python -m paged``: JSON output contracts and clear one-line errors."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -254,3 +255,14 @@ def test_fragmentation_warns_when_the_cache_did_not_bind_the_run():
     assert "token states" in small.stdout
     bound = run("fragmentation", "--num-requests", "300")
     assert bound.returncode == 0 and "did NOT bind" not in bound.stderr
+
+
+def test_a_sweep_refuses_an_empty_address_and_more_local_workers_than_the_machine_can_run(tmp_path):
+    common = ("sweep-notebook", "notebooks/01_fragmentation.ipynb", "--grid", "{block_size: [8]}", "--out",
+              str(tmp_path / "out"))
+    out = run(*common, "--backend", "dask", "--address", "")
+    assert out.returncode == 2 and "--address: must be a cluster address, got an empty string" in out.stderr
+    many = 4 * (os.cpu_count() or 1) + 1
+    out = run(*common, "--workers", str(many))
+    assert out.returncode == 2 and f"--workers {many}: more than 4 × this machine's" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "out").exists()  # nothing started
